@@ -1,0 +1,190 @@
+"""Python API: `simulate(...)` runs the whole pipeline and returns a SimulationResult.
+
+workload -> strategy -> compile (templates) -> cost (annotate) -> compile (graph) -> sim -> result
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from .compile.graph import build_graph
+from .compile.program import lower
+from .config import DEFAULT_JOB, JobConfig, parse_job
+from .cost.annotate import annotate, optimizer_time
+from .cost.comm import HierarchicalAlphaBeta
+from .cost.compute import RooflineCompute
+from .cost.memory import RUNTIME_RESERVED_BYTES, static_memory
+from .errors import ConfigError
+from .hardware.cluster import CLUSTERS, Cluster, get_cluster
+from .sim.engine import run
+from .sim.result import (
+    BREAKDOWN_KEYS,
+    SimulationResult,
+    StageMemory,
+    class_breakdown,
+    critical_path,
+)
+from .strategy.precision import Precision
+from .strategy.presets import ParallelSpec, build_strategy
+from .workload.zoo import build_model, model_names
+
+
+def default_job() -> JobConfig:
+    """The embedded default: GPT-3 175B on 1024 A100-80GB (128 DGX A100), Megatron 3D parallel."""
+    return parse_job(DEFAULT_JOB)
+
+
+def _cluster(job: JobConfig) -> Cluster:
+    s = job.strategy
+    nodes = job.cluster.nodes
+    try:
+        base = get_cluster(job.cluster.name)
+    except KeyError:
+        raise ConfigError("cluster.name", f"unknown cluster '{job.cluster.name}'",
+                          f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
+    if nodes is None and s.dp is not None:
+        world = s.dp * s.tp * s.pp * s.cp
+        if world % base.gpus_per_node and world > base.gpus_per_node:
+            raise ConfigError("strategy.dp", f"dp x tp x pp x cp = {world} GPUs is not a whole number of "
+                              f"{base.gpus_per_node}-GPU nodes", "adjust the degrees or pass --nodes")
+        nodes = max(1, world // base.gpus_per_node)
+    try:
+        return base.with_nodes(nodes or base.nodes)
+    except ValueError as exc:
+        raise ConfigError("cluster.nodes", str(exc), "use --nodes 1 for this single-box preset") from None
+
+
+def _spec(job: JobConfig, world: int) -> ParallelSpec:
+    s = job.strategy
+    per_replica = s.tp * s.pp * s.cp
+    dp = s.dp
+    if dp is None:
+        if world % per_replica:
+            raise ConfigError("strategy.tp", f"tp x pp x cp = {per_replica} does not divide the {world} GPUs",
+                              "choose degrees whose product divides the GPU count")
+        dp = world // per_replica
+    if dp * per_replica != world:
+        raise ConfigError("strategy.dp", f"dp x tp x pp x cp = {dp}x{s.tp}x{s.pp}x{s.cp} = {dp * per_replica} "
+                          f"does not match the cluster's {world} GPUs",
+                          f"set --dp {world // per_replica if world % per_replica == 0 else '?'} or change --nodes")
+    gb = s.global_batch or s.micro_batch * dp
+    return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.sequence_parallel,
+                        zero=3 if s.fsdp else s.zero, recompute=s.recompute,
+                        schedule="interleaved" if s.vpp > 1 else s.schedule, micro_batch=s.micro_batch,
+                        global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce)
+
+
+def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
+    worst = max(mem, key=lambda m: m.peak_bytes - m.capacity_bytes)
+    if worst.fits:
+        return []
+    over = (worst.peak_bytes - worst.capacity_bytes) / 2**30
+    tips = [f"stage {worst.stage} needs {over:.1f} GiB more than fits"]
+    if worst.activation_peak_bytes > worst.static_bytes:
+        if spec.recompute != "full":
+            tips.append("activations dominate: try --recompute " + ("selective" if spec.recompute == "none" else "full"))
+        if spec.micro_batch > 1:
+            tips.append("or lower --micro-batch")
+        if not spec.sequence_parallel and spec.tp > 1:
+            tips.append("or enable --sp (sequence parallelism)")
+    else:
+        if spec.zero < 3:
+            tips.append(f"parameters/optimizer dominate: try --zero {spec.zero + 1}")
+        tips.append("or raise --tp / --pp to shard the model further")
+    return tips
+
+
+def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None = None,
+             cluster: str | None = None, strategy: dict[str, Any] | None = None, **options: Any) -> SimulationResult:
+    """Predict one training iteration.
+
+    Either pass a JobConfig / nested dict, or keywords: `simulate(model="llama3-70b", cluster="dgx-h100",
+    strategy={"tp": 8, "pp": 4, "dp": 16, "global_batch": 1024}, nodes=64, seq_len=8192)`.
+    """
+    wall0 = time.perf_counter()
+    if job is None:
+        data: dict[str, Any] = {"model": {}, "cluster": {}, "strategy": dict(strategy or {}), "simulation": {}}
+        if model is not None:
+            data["model"]["name"] = model
+        if cluster is not None:
+            data["cluster"]["name"] = cluster
+        for k, v in options.items():
+            section = ("cluster" if k == "nodes" else "simulation" if k in ("dtype", "gamma", "exact", "granularity")
+                       else "model")
+            data[section]["nodes" if k == "nodes" else k] = v
+        job = parse_job(data)
+    elif isinstance(job, dict):
+        job = parse_job(job)
+    cl = _cluster(job)
+    spec = _spec(job, cl.world_size)
+    m = job.model
+    try:
+        mdl = build_model(m.name, spec.micro_batch * spec.dp, m.seq_len, m.attention, layers=m.layers,
+                          hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads, ffn=m.ffn, vocab=m.vocab)
+    except KeyError as exc:
+        if m.name not in model_names():
+            raise ConfigError("model.name", f"unknown model '{m.name}'", "see `trainsim models` for the names") from None
+        raise ConfigError("model", str(exc).strip("'\""), "") from None
+    except ValueError as exc:
+        raise ConfigError("model.seq_len", str(exc), "use a shorter --seq-len") from None
+    tree = build_strategy(mdl, spec)
+    precision = Precision.named(job.simulation.dtype)
+    try:
+        peak = cl.device.peak_flops(precision.compute_dtype)
+    except KeyError:
+        raise ConfigError("simulation.dtype", f"{cl.device.name} has no {precision.compute_dtype} peak",
+                          f"use one of {', '.join(cl.device.dtypes)}") from None
+    program = lower(tree, precision)
+    compute, comm = RooflineCompute(), HierarchicalAlphaBeta(cl)
+    annotate(program, cl, compute, comm)
+    by_rank: dict[int, list] = defaultdict(list)
+    for ch in program.chunks:
+        by_rank[ch.pp_rank].append(ch)
+    statics = {r: static_memory(chs, precision) for r, chs in by_rank.items()}
+    opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, compute) for r, chs in by_rank.items()}
+    capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
+    graph = build_graph(program, exact=job.simulation.exact, granularity=job.simulation.granularity,
+                        optimizer_s=opt_s, capacity_bytes=capacity,
+                        static_bytes={r: s.total_bytes for r, s in statics.items()})
+    trace = run(graph, gamma=job.simulation.gamma)
+    iteration = max(trace.end_s) if len(graph) else 0.0
+    per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
+    weights = [rc.multiplicity for rc in graph.classes]
+    total_w = sum(weights)
+    breakdown = {k: sum(b[k] * w for b, w in zip(per_class, weights, strict=True)) / total_w for k in BREAKDOWN_KEYS}
+    stage_dyn: dict[int, float] = defaultdict(float)
+    for c, rc in enumerate(graph.classes):
+        stage_dyn[rc.stage] = max(stage_dyn[rc.stage], trace.peak_dynamic_bytes[c])
+    memory = [StageMemory(r, statics[r].total_bytes, stage_dyn[r], statics[r].total_bytes + stage_dyn[r], capacity)
+              for r in sorted(statics)]
+    stage_breakdown: list[dict[str, float]] = []
+    for r in sorted(statics):
+        cls = [c for c, rc in enumerate(graph.classes) if rc.stage == r]
+        stage_breakdown.append({k: sum(per_class[c][k] for c in cls) / len(cls) for k in BREAKDOWN_KEYS})
+    path = critical_path(graph, trace)
+    by_cat: dict[str, float] = defaultdict(float)
+    for t in path:
+        d = trace.end_s[t] - trace.start_s[t]
+        p = graph.parts[t]
+        if p:
+            tot = sum(p.values()) or 1.0
+            for k, v in p.items():
+                by_cat[k] += d * v / tot
+        else:
+            by_cat[graph.category[t]] += d
+    strategy_echo = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep, "vpp": spec.vpp,
+                     "sequence_parallel": spec.sequence_parallel, "zero": spec.zero, "recompute": spec.recompute,
+                     "schedule": tree.schedule.kind, "micro_batch": spec.micro_batch, "global_batch": spec.global_batch,
+                     "grad_accumulation": tree.schedule.n_micro_batch, "dtype": precision.compute_dtype}
+    result = SimulationResult(
+        model=mdl.name, cluster=cl.name, device=cl.device.name, n_gpus=cl.world_size, strategy=strategy_echo,
+        iteration_time_s=iteration, global_batch=spec.global_batch, tokens_per_sample=mdl.seq_len,
+        model_flops=program.model_flops_per_iteration, hw_flops=program.hw_flops_per_iteration,
+        peak_tflops=peak / 1e12, breakdown=breakdown, breakdown_per_stage=stage_breakdown, memory=memory,
+        critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
+        critical_path_by_category=dict(by_cat), n_tasks=len(graph), advice=_advice(memory, spec),
+        graph=graph, trace=trace)
+    result.simulation_wall_s = time.perf_counter() - wall0
+    return result

@@ -1,0 +1,280 @@
+"""The execution graph (the one meeting point) and its construction from a costed program.
+
+Tasks are stored as parallel lists (struct of arrays) so the engine touches no per-task Python
+objects. Each task runs on one stream of one or more rank classes (a collective over several
+classes waits for all of them), depends on other tasks, and carries a memory effect: its peak
+extra allocation while running and its net allocation once done.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..strategy.schedules import schedule_order
+from .program import ChunkProgram, Program, Step, Stream
+
+GRANULARITIES = ("op", "layer", "auto")
+
+
+@dataclass
+class RankClass:
+    """Ranks that run an identical program: simulated once, counted `multiplicity` times."""
+
+    name: str
+    stage: int
+    multiplicity: int
+    ranks: tuple[int, ...]
+    static_bytes: float = 0.0
+
+
+@dataclass
+class ExecutionGraph:
+    classes: list[RankClass] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    kind: list[str] = field(default_factory=list)  # compute | collective | p2p
+    stream: list[int] = field(default_factory=list)
+    category: list[str] = field(default_factory=list)
+    duration_s: list[float] = field(default_factory=list)
+    parts: list[dict[str, float] | None] = field(default_factory=list)  # category split of fused tasks
+    participants: list[tuple[int, ...]] = field(default_factory=list)
+    deps: list[list[int]] = field(default_factory=list)
+    mem_peak_bytes: list[float] = field(default_factory=list)
+    mem_net_bytes: list[float] = field(default_factory=list)
+    micro_batch: list[int] = field(default_factory=list)
+    queues: dict[tuple[int, int], list[int]] = field(default_factory=lambda: defaultdict(list))
+    capacity_bytes: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def add(self, name: str, kind: str, stream: int, category: str, duration_s: float, classes: tuple[int, ...],
+            deps: list[int], mb: int = -1, parts: dict[str, float] | None = None, mem_peak: float = 0.0,
+            mem_net: float = 0.0) -> int:
+        t = len(self.name)
+        self.name.append(name)
+        self.kind.append(kind)
+        self.stream.append(stream)
+        self.category.append(category)
+        self.duration_s.append(duration_s)
+        self.parts.append(parts)
+        self.participants.append(classes)
+        self.deps.append(deps)
+        self.mem_peak_bytes.append(mem_peak)
+        self.mem_net_bytes.append(mem_net)
+        self.micro_batch.append(mb)
+        for c in classes:
+            self.queues[(c, stream)].append(t)
+        return t
+
+    def join(self, t: int, cls: int, deps: list[int]) -> None:
+        """Add another participant class to an existing collective task."""
+        self.participants[t] = (*self.participants[t], cls)
+        self.deps[t].extend(d for d in deps if d not in self.deps[t])
+        self.queues[(cls, self.stream[t])].append(t)
+
+
+@dataclass
+class _Spec:
+    """A (possibly fused) template entry ready to be instantiated."""
+
+    label: str
+    kind: str
+    stream: int
+    category: str
+    duration_s: float
+    parts: dict[str, float] | None
+    mem_peak: float
+    mem_net: float
+    deps: tuple[int, ...] | None
+    grad_bucket: str | None
+    axes: tuple[str, ...]
+    index: int  # index of the last original step it covers
+
+
+def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_streams: frozenset[int]) -> list[_Spec]:
+    """Fuse chains of steps no other step waits on (dPRO's coarsened view): exact for serial chains."""
+    referenced = {d for s in steps if s.deps for d in s.deps}
+    out: list[_Spec] = []
+    remap: dict[int, int] = {}
+    for i, s in enumerate(steps):
+        single = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, None, max(s.alloc_bytes, 0.0),
+                       s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i)
+        prev = out[-1] if out else None
+        can = (granularity != "op" and prev is not None and s.deps is None and s.stream in merge_streams
+               and prev.stream in merge_streams and (i - 1) not in referenced
+               and not (keep_anchors and prev.grad_bucket) and prev.kind != "p2p"
+               and (granularity == "auto" or steps[i - 1].layer == s.layer))
+        if can:
+            assert prev is not None
+            parts = prev.parts or {prev.category: prev.duration_s}
+            parts[s.category] = parts.get(s.category, 0.0) + s.duration_s
+            prev.parts = parts
+            prev.mem_peak = max(prev.mem_peak, prev.mem_net + s.alloc_bytes)
+            prev.mem_net += s.alloc_bytes - s.free_bytes
+            prev.duration_s += s.duration_s
+            prev.grad_bucket = s.grad_bucket or (None if keep_anchors else prev.grad_bucket)
+            prev.index = i
+            prev.kind = "compute"
+            prev.stream = Stream.COMPUTE
+            prev.category = max(parts, key=lambda k: parts[k])
+            prev.label = prev.label.split(" .. ")[0] + " .. " + s.label
+            remap[i] = len(out) - 1
+        else:
+            remap[i] = len(out)
+            out.append(single)
+    for sp in out:
+        if sp.deps is not None:
+            sp.deps = tuple(remap[d] for d in sp.deps)
+    return out
+
+
+def build_graph(program: Program, *, exact: bool = False, granularity: str = "auto",
+                optimizer_s: dict[int, float] | None = None, capacity_bytes: float = 0.0,
+                static_bytes: dict[int, float] | None = None) -> ExecutionGraph:
+    """Instantiate the costed templates along the pipeline schedule into one execution graph."""
+    tree = program.tree
+    mesh = tree.mesh
+    sched = tree.schedule
+    pp, m, v = mesh.pp, sched.n_micro_batch, sched.virtual_stages
+    n_chunks = pp * v
+    g = ExecutionGraph(capacity_bytes=capacity_bytes)
+    per_stage = mesh.world_size // pp
+    if exact:
+        for r in range(mesh.world_size):
+            stage = mesh.coords(r)["pp"]
+            g.classes.append(RankClass(f"rank{r}", stage, 1, (r,), (static_bytes or {}).get(stage, 0.0)))
+    else:
+        for s in range(pp):
+            ranks = tuple(r for r in range(mesh.world_size) if mesh.coords(r)["pp"] == s)
+            g.classes.append(RankClass(f"stage{s}", s, per_stage, ranks, (static_bytes or {}).get(s, 0.0)))
+    merge = frozenset({Stream.COMPUTE}) if exact else frozenset({Stream.COMPUTE, Stream.FEATURE})
+    spec_cache: dict[tuple[int, str, bool], list[_Spec]] = {}
+
+    def specs(ch: ChunkProgram, phase: str, anchors: bool) -> list[_Spec]:
+        key = (ch.chunk, phase, anchors)
+        if key not in spec_cache:
+            spec_cache[key] = coarsen(ch.fwd if phase == "F" else ch.bwd, granularity, anchors, merge)
+        return spec_cache[key]
+
+    shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
+    first_last: dict[tuple[int, int, str, int], tuple[int, int]] = {}
+    p2p: dict[tuple[int, int, str, int], int] = {}
+    last_b: dict[int, int] = {}
+    grad_tasks: dict[int, list[int]] = defaultdict(list)
+    chunks = program.chunks
+    has_grad = any(ch.grad_sync for ch in chunks)
+
+    def cls_of(rank: int) -> int:
+        return rank if exact else mesh.coords(rank)["pp"]
+
+    def collective_task(name: str, stream: int, cat: str, dur: float, cid: int, rank: int, axes: tuple[str, ...],
+                        deps: list[int], mb: int, key: tuple, extra: tuple[int, ...] = ()) -> int:
+        if not exact:
+            return g.add(name, "collective", stream, cat, dur, (cid, *extra), deps, mb)
+        members = tuple(mesh.group_ranks(axes, rank)) if axes else (rank,)
+        k = (*key, members[0], extra)
+        if k in shared:
+            g.join(shared[k], cid, deps)
+            return shared[k]
+        t = g.add(name, "collective", stream, cat, dur, (cid,), deps, mb)
+        shared[k] = t
+        return t
+
+    def grad_sync(ch: ChunkProgram, cid: int, rank: int, dep: int, bucket: str | None) -> None:
+        for s in reversed(ch.grad_sync):
+            if bucket is not None and s.grad_bucket != bucket:
+                continue
+            t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [dep], m - 1,
+                                ("grad", ch.chunk, s.label))
+            grad_tasks[cid].append(t)
+
+    reps = range(mesh.world_size) if exact else [mesh.rank({"pp": s}) for s in range(pp)]
+    for rank in reps:
+        cid = cls_of(rank)
+        r = mesh.coords(rank)["pp"]
+        order = schedule_order(sched.kind, pp, m, r, v)
+        last_item_of_chunk = {}
+        for idx, (ph, mb, vc) in enumerate(order):
+            if ph == "B":
+                last_item_of_chunk[vc] = idx
+        for idx, (ph, mb, vc) in enumerate(order):
+            c = vc * pp + r
+            ch = chunks[c]
+            anchors = ph == "B" and tree.overlap_grad_reduce and has_grad and idx == last_item_of_chunk.get(vc)
+            ids: list[int] = []
+            for j, sp in enumerate(specs(ch, ph, anchors)):
+                deps = [ids[d] for d in sp.deps] if sp.deps is not None else ([ids[-1]] if ids else [])
+                name = f"{ph}{mb} c{c} {sp.label}"
+                if sp.kind == "collective":
+                    t = collective_task(name, sp.stream, sp.category, sp.duration_s, cid, rank, sp.axes, deps, mb,
+                                        (c, ph, mb, j))
+                    g.mem_peak_bytes[t] = max(g.mem_peak_bytes[t], sp.mem_peak)
+                    g.mem_net_bytes[t] = sp.mem_net
+                else:
+                    t = g.add(name, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps, mb,
+                              dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net)
+                ids.append(t)
+                if anchors and sp.grad_bucket:
+                    grad_sync(ch, cid, rank, t, sp.grad_bucket)
+            first_last[(cid, c, ph, mb)] = (ids[0], ids[-1])
+            if ph == "B":
+                last_b[cid] = ids[-1]
+            send_bytes = ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes
+            if (ph == "F" and c < n_chunks - 1) or (ph == "B" and c > 0):
+                dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
+                p2p[(cid, c, ph, mb)] = g.add(f"{ph}{mb} c{c} send {send_bytes / 1e6:.1f} MB", "p2p", Stream.P2P,
+                                              "pp", dur, (cid,), [ids[-1]], mb)
+        if has_grad and not tree.overlap_grad_reduce:
+            for vc in sorted(last_item_of_chunk, reverse=True):
+                grad_sync(chunks[vc * pp + r], cid, rank, last_b[cid], None)
+
+    # cross-class edges: pipeline sends and the loss turning forward into backward
+    def peer(rank: int, stage: int) -> int:
+        return cls_of(mesh.rank({**mesh.coords(rank), "pp": stage}))
+
+    for rank in reps:
+        cid = cls_of(rank)
+        r = mesh.coords(rank)["pp"]
+        for vc in range(v):
+            c = vc * pp + r
+            for mb in range(m):
+                f0, f1 = first_last[(cid, c, "F", mb)]
+                b0, _ = first_last[(cid, c, "B", mb)]
+                if c > 0:
+                    g.deps[f0].append(p2p[(peer(rank, (c - 1) % pp), c - 1, "F", mb)])
+                if c < n_chunks - 1:
+                    g.deps[b0].append(p2p[(peer(rank, (c + 1) % pp), c + 1, "B", mb)])
+                g.deps[b0].append(f1)
+
+    # tied embedding / LM-head gradients are summed across the first and last stage (Megatron)
+    emb = [ch for ch in chunks if ch.embedding_grad_bytes > 0]
+    if len(emb) >= 2 and emb[0].pp_rank != emb[-1].pp_rank:
+        for rank in reps:
+            if mesh.coords(rank)["pp"] != emb[0].pp_rank:
+                continue
+            a, b = cls_of(rank), peer(rank, emb[-1].pp_rank)
+            deps = [last_b[a], last_b[b]]
+            if exact:
+                t = g.add("embedding grads:all_reduce", "collective", Stream.GRAD, "dp", program.embedding_sync_s,
+                          (a,), deps)
+                g.join(t, b, [])
+            else:
+                t = g.add("embedding grads:all_reduce", "collective", Stream.GRAD, "dp", program.embedding_sync_s,
+                          (a, b), deps)
+            grad_tasks[a].append(t)
+            grad_tasks[b].append(t)
+
+    # optimizer step after the last gradient is reduced, then ZeRO-1/2 parameter all-gather
+    for rank in reps:
+        cid = cls_of(rank)
+        r = mesh.coords(rank)["pp"]
+        deps = [last_b[cid], *grad_tasks[cid]]
+        opt = g.add("optimizer step", "compute", Stream.COMPUTE, "optimizer", (optimizer_s or {}).get(r, 0.0),
+                    (cid,), deps)
+        for vc in range(v):
+            ch = chunks[vc * pp + r]
+            for s in ch.post_step:
+                collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [opt], -1,
+                                ("post", ch.chunk, s.label))
+    return g

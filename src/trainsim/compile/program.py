@@ -1,0 +1,374 @@
+"""Lowering a model and its strategy tree into per-chunk step templates (before costing).
+
+A template is the program one rank runs for one micro-batch of one pipeline chunk, forward or
+backward: compute steps per op on its local shard, the resharding collectives the layouts imply,
+recompute steps, memory allocation at production and release at last use. Micro-batches and
+ranks of a stage are identical, so each template is built once and instantiated by the graph
+builder (symmetry first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from ..strategy.mesh import DeviceMesh
+from ..strategy.precision import Precision
+from ..strategy.tree import LeafConfig, Split, StrategyTree
+from ..workload.ir import CONTRACTION_KINDS, Layer, Op
+from .layout import (
+    Layout,
+    input_grad_layout,
+    local_sizes,
+    output_layout,
+    reshard,
+    restrict,
+    tensor_bytes,
+    weight_grad_partial,
+)
+
+# Bytes an Adam step streams per parameter: read fp32 master, m, v and the grad, write master, m, v
+# and the fp16/bf16 working copy (4*3 + 4 + 4*3 + 2 = 30 B; fused multi-tensor Adam, no extra passes).
+ADAM_BYTES_PER_PARAM = 30.0
+ADAM_FLOPS_PER_PARAM = 12.0
+
+
+class Stream(IntEnum):
+    COMPUTE = 0
+    FEATURE = 1  # TP / CP / EP activation collectives (Proteus: feature communication)
+    GRAD = 2  # DP gradient sync, ZeRO gathers (Proteus: gradient communication)
+    P2P = 3  # pipeline sends
+
+
+STREAM_NAMES = ("compute", "feature-comm", "grad-comm", "pp-p2p")
+COMM_CATEGORIES = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass
+class Step:
+    """One task of a template; `deps` are template indices (None: the previous step)."""
+
+    label: str
+    kind: str  # compute | collective
+    stream: int
+    category: str  # compute | recompute | optimizer | tp | cp | ep | dp | pp
+    layer: str = ""
+    deps: tuple[int, ...] | None = None
+    op: Op | None = None
+    local: dict[str, float] | None = None
+    phase: str = "fwd"  # fwd | bwd | recompute | optimizer
+    model_flops: float = 0.0
+    hw_flops: float = 0.0
+    bytes_moved: float = 0.0  # for steps costed as pure memory traffic (optimizer)
+    collective: str = ""
+    axes: tuple[str, ...] = ()
+    size_bytes: float = 0.0
+    alloc_bytes: float = 0.0
+    free_bytes: float = 0.0
+    grad_bucket: str | None = None  # this step finishes the gradients of layer `grad_bucket`
+    duration_s: float = 0.0  # filled by the cost models (cost.annotate)
+
+
+@dataclass
+class ChunkProgram:
+    """Everything one pipeline chunk (model chunk on one pipeline rank) runs per iteration."""
+
+    chunk: int
+    pp_rank: int
+    vchunk: int
+    layers: list[str]
+    fwd: list[Step] = field(default_factory=list)
+    bwd: list[Step] = field(default_factory=list)
+    grad_sync: list[Step] = field(default_factory=list)  # one per layer bucket, anchored by grad_bucket
+    post_step: list[Step] = field(default_factory=list)  # ZeRO-1/2 parameter all-gather
+    send_fwd_bytes: float = 0.0
+    send_bwd_bytes: float = 0.0
+    params_local: float = 0.0  # parameters stored (after TP/PP and ZeRO-3 sharding)
+    grads_local: float = 0.0
+    optimizer_params_local: float = 0.0
+    embedding_grad_bytes: float = 0.0  # tied embedding/head weight on this chunk (for the cross-stage sum)
+    send_fwd_s: float = 0.0  # filled by cost.annotate
+    send_bwd_s: float = 0.0
+
+
+@dataclass
+class Program:
+    tree: StrategyTree
+    precision: Precision
+    chunks: list[ChunkProgram]
+    model_flops_per_iteration: float
+    hw_flops_per_iteration: float
+    embedding_sync_s: float = 0.0  # filled by cost.annotate
+
+    @property
+    def mesh(self) -> DeviceMesh:
+        return self.tree.mesh
+
+
+def _category(axes: tuple[str, ...], grad: bool) -> str:
+    if grad:
+        return "dp"
+    for c in ("tp", "cp", "ep", "dp"):
+        if c in axes:
+            return c
+    return "dp"
+
+
+class _Lowerer:
+    def __init__(self, tree: StrategyTree, precision: Precision) -> None:
+        self.tree = tree
+        self.mesh = tree.mesh
+        self.prec = precision
+        self.act_scale = precision.activation_bytes / 2.0
+        self.model_flops = 0.0
+        self.hw_flops = 0.0
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _out_bytes(self, op: Op, split: Split) -> float:
+        return tensor_bytes(op, op.output, restrict(split, op.output), self.mesh, op.bytes_per_elem * self.act_scale)
+
+    def _in_bytes(self, op: Op, split: Split, i: int) -> float:
+        dims = op.inputs[i]
+        return tensor_bytes(op, dims, restrict(split, dims), self.mesh, op.bytes_per_elem * self.act_scale)
+
+    def _saved(self, op: Op, leaf: LeafConfig, split: Split, recompute: str) -> tuple[float, float]:
+        """(bytes kept from forward, bytes re-materialised by recompute) of one op."""
+        kept = recomputed = 0.0
+        for t in op.saved:
+            s = {**split, **leaf.saved.get((op.name, t.name), {})}
+            b = tensor_bytes(op, t.dims, s, self.mesh, t.bytes_per_elem * self.act_scale)
+            if recompute == "full" or (recompute == "selective" and t.selective_drop):
+                recomputed += b
+            else:
+                kept += b
+        return kept, recomputed
+
+    def _collectives(self, steps: list[Step], src: Layout, dims: tuple[str, ...], split: Split,
+                     src_bytes: float, layer: str, phase: str, label: str) -> None:
+        for r in reshard(src, dims, split, self.mesh, src_bytes):
+            steps.append(Step(f"{label}:{r.collective}", "collective", Stream.FEATURE, _category(r.axes, False),
+                              layer, phase=phase, collective=r.collective, axes=r.axes, size_bytes=r.size_bytes))
+
+    def _compute(self, op: Op, split: Split, layer: str, phase: str, alloc: float = 0.0, free: float = 0.0) -> Step:
+        local = local_sizes(op.dims, split, self.mesh)
+        if phase == "bwd":
+            flops = op.bwd_flops(local)
+        else:
+            flops = op.fwd_flops(local)
+        contraction = op.kind in CONTRACTION_KINDS
+        model = flops if contraction and phase != "recompute" else 0.0
+        hw = flops if contraction else 0.0
+        cat = "recompute" if phase == "recompute" else "compute"
+        return Step(f"{layer}.{op.name}", "compute", Stream.COMPUTE, cat, layer, op=op, local=local, phase=phase,
+                    model_flops=model, hw_flops=hw, alloc_bytes=alloc, free_bytes=free)
+
+    # -- forward ---------------------------------------------------------------------------------
+    def forward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, prev: tuple[Layout, float] | None,
+                      steps: list[Step], phase: str = "fwd", only_selective: bool = False
+                      ) -> tuple[Layout, float] | None:
+        """Append the layer's forward (or its recompute) and return the output layout and bytes."""
+        outs: dict[str, tuple[Layout, float]] = {}
+        cur = prev
+        for k, op in enumerate(layer.ops):
+            split = leaf.ops.get(op.name, {})
+            run = not only_selective or op.selective_recompute
+            for i, dims in enumerate(op.inputs):
+                src_name = op.input_from[i] if i < len(op.input_from) else None
+                if src_name == "@skip":
+                    continue
+                src = outs.get(src_name) if src_name else cur
+                if src is None or not run:
+                    continue
+                self._collectives(steps, src[0], dims, split, src[1], layer.name, phase, f"{layer.name}.{op.name}.in{i}")
+            kept, recomputed = self._saved(op, leaf, split, recompute)
+            if run:
+                if phase == "fwd":
+                    alloc = kept
+                    if recompute == "full" and k == 0 and prev is not None:
+                        alloc += prev[1]  # the layer input is the checkpoint
+                else:
+                    alloc = recomputed
+                steps.append(self._compute(op, split, layer.name, phase, alloc=alloc))
+            out = (output_layout(op, split), self._out_bytes(op, split))
+            outs[op.name] = out
+            cur = out
+        return cur
+
+    # -- backward --------------------------------------------------------------------------------
+    def backward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, grad: tuple[Layout, float] | None,
+                       prev: tuple[Layout, float] | None, steps: list[Step]) -> tuple[Layout, float] | None:
+        if recompute in ("full", "selective"):
+            self.forward_layer(layer, leaf, recompute, prev, steps, phase="recompute",
+                               only_selective=recompute == "selective")
+        outs: dict[str, tuple[Layout, Split]] = {op.name: (output_layout(op, leaf.ops.get(op.name, {})),
+                                                            leaf.ops.get(op.name, {})) for op in layer.ops}
+        first_step = len(steps)
+        for k in range(len(layer.ops) - 1, -1, -1):
+            op = layer.ops[k]
+            split = leaf.ops.get(op.name, {})
+            if grad is not None:
+                self._collectives(steps, grad[0], op.output, split, grad[1], layer.name, "bwd",
+                                  f"{layer.name}.{op.name}.dout")
+            kept, recomputed = self._saved(op, leaf, split, recompute)
+            free = kept + recomputed
+            if recompute == "full" and k == 0 and prev is not None:
+                free += prev[1]
+            steps.append(self._compute(op, split, layer.name, "bwd", free=free))
+            for i in range(1, len(op.inputs)):
+                src_name = op.input_from[i] if i < len(op.input_from) else None
+                if src_name == "@skip":
+                    continue
+                target = outs.get(src_name) if src_name else (outs[layer.ops[k - 1].name] if k > 0 else None)
+                if target is None:
+                    continue
+                g = input_grad_layout(op, split, i)
+                gb = tensor_bytes(op, op.inputs[i], restrict(split, op.inputs[i]), self.mesh,
+                                  op.bytes_per_elem * self.act_scale)
+                self._collectives(steps, g, target[0].dims, target[1], gb, layer.name, "bwd",
+                                  f"{layer.name}.{op.name}.din{i}")
+            grad = (input_grad_layout(op, split, 0), self._in_bytes(op, split, 0)) if op.inputs else None
+            if k == 0 and prev is None:
+                grad = None  # model input (token ids / images): no gradient
+        if len(steps) > first_step and any(op.weight is not None for op in layer.ops):
+            for s in reversed(steps[first_step:]):
+                if s.kind == "compute":
+                    s.grad_bucket = layer.name
+                    break
+        return grad
+
+    # -- gradients and parameters ---------------------------------------------------------------
+    def grad_sync(self, layer: Layer, leaf: LeafConfig, chunk: ChunkProgram) -> None:
+        buckets: dict[tuple[str, tuple[str, ...]], float] = {}
+        post: dict[tuple[str, ...], float] = {}
+        for op in layer.ops:
+            if op.weight is None:
+                continue
+            split = leaf.ops.get(op.name, {})
+            wc = leaf.weights[op.name]
+            n_weight = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, 1.0)
+            extra = op.extra_params / max(1, self.mesh.size("tp") if any("tp" in a for a in split.values()) else 1)
+            full_local = n_weight + extra
+            stored = tensor_bytes(op, op.weight, wc.weight, self.mesh, 1.0) + extra * (
+                full_local and tensor_bytes(op, op.weight, wc.weight, self.mesh, 1.0) / n_weight)
+            grads = tensor_bytes(op, op.weight, wc.grad, self.mesh, 1.0) / n_weight * full_local
+            opt = tensor_bytes(op, op.weight, wc.optimizer, self.mesh, 1.0) / n_weight * full_local
+            chunk.params_local += stored
+            chunk.grads_local += grads
+            chunk.optimizer_params_local += opt
+            if layer.tied_to or layer.kind == "embedding":
+                chunk.embedding_grad_bytes += n_weight * self.prec.grad_bytes
+            axes = weight_grad_partial(op, split)
+            if not axes:
+                continue
+            sharded_opt = opt < full_local * 0.999
+            kind = "reduce_scatter" if sharded_opt else "all_reduce"
+            key = (kind, axes)
+            buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
+            if sharded_opt and stored >= full_local * 0.999:
+                post[axes] = post.get(axes, 0.0) + full_local * self.prec.param_bytes
+        for (kind, axes), size in buckets.items():
+            chunk.grad_sync.append(Step(f"{layer.name}.grads:{kind}", "collective", Stream.GRAD, "dp", layer.name,
+                                        phase="grad", collective=kind, axes=axes, size_bytes=size,
+                                        grad_bucket=layer.name))
+        for axes, size in post.items():
+            chunk.post_step.append(Step(f"{layer.name}.params:all_gather", "collective", Stream.GRAD, "dp",
+                                        layer.name, phase="optimizer", collective="all_gather", axes=axes,
+                                        size_bytes=size))
+
+    def zero3_gather(self, layer: Layer, leaf: LeafConfig) -> tuple[float, tuple[str, ...]]:
+        """Bytes per rank of a ZeRO-3 parameter all-gather for the layer (gathered size) and its axes."""
+        total, axes = 0.0, ()
+        for op in layer.ops:
+            if op.weight is None:
+                continue
+            split = leaf.ops.get(op.name, {})
+            wc = leaf.weights[op.name]
+            full = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, self.prec.param_bytes)
+            stored = tensor_bytes(op, op.weight, wc.weight, self.mesh, self.prec.param_bytes)
+            if stored < full * 0.999:
+                total += full
+                axes = weight_grad_partial(op, split)
+        return total, axes
+
+
+def _insert_zero3(steps: list[Step], layer_first: dict[str, int], gathers: dict[str, tuple[float, tuple[str, ...]]],
+                  phase: str) -> list[Step]:
+    """Put a ZeRO-3 parameter all-gather before each layer, prefetched while the previous layer runs."""
+    if not any(size > 0 for size, _ in gathers.values()):
+        return steps
+    starts = {i: name for name, i in layer_first.items()}
+    out: list[Step] = []
+    prev_layer_start: int | None = None
+    for i, s in enumerate(steps):
+        name = starts.get(i)
+        if name is not None and gathers.get(name, (0.0, ()))[0] > 0:
+            size, axes = gathers[name]
+            out.append(Step(f"{name}.params:all_gather", "collective", Stream.GRAD, "dp", name,
+                            deps=(prev_layer_start,) if prev_layer_start is not None else (),
+                            phase=phase, collective="all_gather", axes=axes, size_bytes=size, alloc_bytes=size))
+            ag = len(out) - 1
+            s.deps = (ag - 1, ag) if out[:-1] else (ag,)
+        if name is not None:
+            prev_layer_start = len(out)
+        out.append(s)
+    last_of = {s.layer: j for j, s in enumerate(out)}
+    for name, (size, _) in gathers.items():
+        if size > 0 and name in last_of:
+            out[last_of[name]].free_bytes += size  # gathered weights are dropped after their last use
+    return out
+
+
+def lower(tree: StrategyTree, precision: Precision) -> Program:
+    """Compile model x strategy into per-chunk templates and per-iteration steps."""
+    lw = _Lowerer(tree, precision)
+    mesh = tree.mesh
+    sched = tree.schedule
+    n_chunks = mesh.pp * sched.virtual_stages
+    chunks = [ChunkProgram(c, c % mesh.pp, c // mesh.pp, []) for c in range(n_chunks)]
+    leaves = tree.leaves()
+    by_chunk: dict[int, list[tuple]] = {c: [] for c in range(n_chunks)}
+    for node, rc, c in leaves:
+        by_chunk[c].append((node, rc))
+    prev: tuple[Layout, float] | None = None
+    layer_inputs: dict[str, tuple[Layout, float] | None] = {}
+    zero3 = tree.zero_stage >= 3
+    for c in range(n_chunks):
+        ch = chunks[c]
+        first: dict[str, int] = {}
+        gathers: dict[str, tuple[float, tuple[str, ...]]] = {}
+        for node, rc in by_chunk[c]:
+            layer = node.layer
+            ch.layers.append(layer.name)
+            layer_inputs[layer.name] = prev
+            first[layer.name] = len(ch.fwd)
+            prev = lw.forward_layer(layer, node.leaf, rc, prev, ch.fwd)
+            lw.grad_sync(layer, node.leaf, ch)
+            if zero3:
+                gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
+        ch.send_fwd_bytes = prev[1] if prev and c < n_chunks - 1 else 0.0
+        ch.fwd = _insert_zero3(ch.fwd, first, gathers, "fwd")
+    # the loss must end replicated (vocab-parallel cross-entropy all-reduces its statistics)
+    last = chunks[-1]
+    if prev is not None:
+        lw._collectives(last.fwd, prev[0], prev[0].dims, dict(prev[0].split), prev[1], last.layers[-1], "fwd",
+                        "loss.out")
+    grad: tuple[Layout, float] | None = None
+    for c in range(n_chunks - 1, -1, -1):
+        ch = chunks[c]
+        first = {}
+        gathers = {}
+        for node, rc in reversed(by_chunk[c]):
+            layer = node.layer
+            first[layer.name] = len(ch.bwd)
+            grad = lw.backward_layer(layer, node.leaf, rc, grad, layer_inputs[layer.name], ch.bwd)
+            if zero3:
+                gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
+        ch.send_bwd_bytes = grad[1] if grad and c > 0 else 0.0
+        ch.bwd = _insert_zero3(ch.bwd, first, gathers, "bwd")
+    m = sched.n_micro_batch
+    for ch in chunks:
+        for s in ch.fwd + ch.bwd:
+            lw.model_flops += s.model_flops * m
+            lw.hw_flops += s.hw_flops * m
+    replicas = mesh.world_size // mesh.pp  # ranks per pipeline stage
+    return Program(tree, precision, chunks, lw.model_flops * replicas, lw.hw_flops * replicas)

@@ -1,0 +1,126 @@
+"""Job configuration validated at the boundary (pydantic); every CLI flag has a YAML key here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Strict):
+    name: str = "gpt3-175b"
+    seq_len: int | None = Field(None, ge=1)
+    layers: int | None = Field(None, ge=1)
+    hidden: int | None = Field(None, ge=1)
+    heads: int | None = Field(None, ge=1)
+    kv_heads: int | None = Field(None, ge=1)
+    ffn: int | None = Field(None, ge=1)
+    vocab: int | None = Field(None, ge=1)
+    attention: Literal["flash", "unfused"] = "flash"
+
+
+class ClusterSpec(_Strict):
+    name: str = "dgx-a100"
+    nodes: int | None = Field(None, ge=1)
+
+
+class StrategySpec(_Strict):
+    dp: int | None = Field(None, ge=1, description="data-parallel degree; derived from the world size if omitted")
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    cp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    vpp: int = Field(1, ge=1)
+    sequence_parallel: bool = False
+    zero: int = Field(0, ge=0, le=3)
+    fsdp: bool = False
+    recompute: Literal["none", "selective", "full"] = "none"
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    micro_batch: int = Field(1, ge=1)
+    global_batch: int | None = Field(None, ge=1)
+    overlap_grad_reduce: bool = True
+
+
+class SimulationSpec(_Strict):
+    dtype: Literal["fp32", "tf32", "fp16", "bf16", "fp8"] = "bf16"
+    gamma: float = Field(0.189, ge=0.0, le=5.0, description="compute slowdown while overlapped with gradient comm")
+    exact: bool = False
+    granularity: Literal["op", "layer", "auto"] = "auto"
+
+
+class JobConfig(_Strict):
+    """One simulated job: what is trained, on what, how it is parallelised, how it is simulated."""
+
+    model: ModelSpec = ModelSpec()
+    cluster: ClusterSpec = ClusterSpec()
+    strategy: StrategySpec = StrategySpec()
+    simulation: SimulationSpec = SimulationSpec()
+
+
+DEFAULT_JOB: dict[str, Any] = {
+    "model": {"name": "gpt3-175b", "seq_len": 2048},
+    "cluster": {"name": "dgx-a100", "nodes": 128},
+    "strategy": {"tp": 8, "pp": 16, "dp": 8, "micro_batch": 1, "global_batch": 1536, "sequence_parallel": True,
+                 "recompute": "selective", "zero": 1, "schedule": "1f1b"},
+}
+
+
+def _field_of(err: dict[str, Any]) -> str:
+    return ".".join(str(x) for x in err.get("loc", ())) or "config"
+
+
+def parse_job(data: dict[str, Any]) -> JobConfig:
+    """Validate a nested dict into a JobConfig, turning the first error into a ConfigError."""
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = _field_of(err)
+        msg = err.get("msg", "invalid value")
+        fix = "remove it (see `trainsim simulate --help` for the keys)" if err.get("type") == "extra_forbidden" else \
+            f"got {err.get('input')!r}"
+        raise ConfigError(field, msg, fix) from None
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """Safely load a YAML job file into a dict (no arbitrary object construction)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror}", "pass an existing YAML file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError("config", f"malformed YAML in {path}{where}", "fix the YAML syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{path} must hold a mapping with model/cluster/strategy keys", "see README")
+    return data
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge `override` into `base` (values of None in override are ignored)."""
+    out = dict(base)
+    for k, v in override.items():
+        if v is None:
+            continue
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def dump_yaml(job: JobConfig) -> str:
+    return yaml.safe_dump(job.model_dump(exclude_none=True), sort_keys=False)

@@ -1,0 +1,50 @@
+"""Fill every step of a compiled program with its duration from the pluggable cost models."""
+
+from __future__ import annotations
+
+from ..compile.program import ADAM_BYTES_PER_PARAM, Program, Step
+from ..hardware.cluster import Cluster
+from .comm import CommModel, group_ranks
+from .compute import ComputeModel
+
+
+def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel) -> None:
+    """Set `duration_s` on every step (templates are shared by all micro-batches: cost once)."""
+    device = cluster.device
+    dtype = program.precision.compute_dtype
+    mesh = program.mesh
+    cache: dict[tuple, float] = {}
+
+    def cost(step: Step, stage_rank: int) -> float:
+        if step.kind == "compute":
+            assert step.op is not None and step.local is not None
+            key = (id(step.op), tuple(sorted(step.local.items())), step.phase == "bwd")
+            if key not in cache:
+                cache[key] = compute.op_time(step.op, step.local, step.phase, device, dtype)
+            return cache[key]
+        group = group_ranks(mesh, step.axes, stage_rank)
+        key = (step.collective, step.size_bytes, group[:2], len(group), step.axes)
+        if key not in cache:
+            cache[key] = comm.time(step.collective, step.size_bytes, group)
+        return cache[key]
+
+    n = len(program.chunks)
+    for ch in program.chunks:
+        stage_rank = mesh.rank({"pp": ch.pp_rank})
+        for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
+            s.duration_s = cost(s, stage_rank)
+        if ch.chunk < n - 1:
+            nxt = mesh.rank({"pp": (ch.pp_rank + 1) % mesh.pp})
+            ch.send_fwd_s = comm.time("send_recv", ch.send_fwd_bytes, (stage_rank, nxt))
+        if ch.chunk > 0:
+            prv = mesh.rank({"pp": (ch.pp_rank - 1) % mesh.pp})
+            ch.send_bwd_s = comm.time("send_recv", ch.send_bwd_bytes, (stage_rank, prv))
+    emb = [ch for ch in program.chunks if ch.embedding_grad_bytes > 0]
+    if len(emb) >= 2 and emb[0].pp_rank != emb[-1].pp_rank:
+        a, b = mesh.rank({"pp": emb[0].pp_rank}), mesh.rank({"pp": emb[-1].pp_rank})
+        program.embedding_sync_s = comm.time("all_reduce", emb[0].embedding_grad_bytes, (a, b))
+
+
+def optimizer_time(params_local: float, cluster: Cluster, compute: ComputeModel) -> float:
+    """One fused Adam step over the optimizer shard this rank owns (memory-bound)."""
+    return compute.memory_time(params_local * ADAM_BYTES_PER_PARAM, cluster.device)

@@ -1,0 +1,190 @@
+"""Presets (DP, Megatron TP+SP, PP schedules, CP, EP, ZeRO/FSDP, recompute) that fill the strategy tree.
+
+A preset only writes per-op splits, per-tensor memory configs and schedule configs into the
+tree; it never lowers anything itself, so every strategy goes through one compiler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..workload.ir import Layer, Model, Op
+from .mesh import DeviceMesh
+from .tree import RECOMPUTE_MODES, SCHEDULES, LeafConfig, ScheduleConfig, Split, StrategyTree, WeightConfig
+
+TP_DIMS = frozenset({"q", "a", "g", "o", "kv", "f", "f2", "v"})
+SP_OPS = frozenset({"ln1", "ln2", "attn_residual", "mlp_residual", "final_norm", "embed_dropout", "dispatch",
+                    "combine"})
+SP_SAVED = (("qkv", "input"), ("fc1", "input"), ("router", "input"), ("lm_head", "input"))
+EXPERT_OPS = frozenset({"expert_fc1", "expert_act", "expert_fc2"})
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """The knobs of the Megatron/DeepSpeed-style presets; validated by `build_strategy`."""
+
+    dp: int = 1  # total data-parallel degree (includes the expert-parallel factor)
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B when > 1)
+    sequence_parallel: bool = False
+    zero: int = 0  # 0..3; FSDP full-shard is 3
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    micro_batch: int = 1
+    global_batch: int = 1
+    overlap_grad_reduce: bool = True
+
+
+def _require(cond: bool, field: str, problem: str, fix: str) -> None:
+    if not cond:
+        raise ConfigError(field, problem, fix)
+
+
+def validate_spec(model: Model, p: ParallelSpec) -> None:
+    """Reject combinations that cannot run, naming the field and the fix."""
+    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch"):
+        _require(getattr(p, name) >= 1, name, f"must be >= 1, got {getattr(p, name)}", "use a positive integer")
+    hyper = model.hyper
+    heads, kv = int(hyper.get("heads", 0) or 0), int(hyper.get("kv_heads", 0) or 0)
+    if p.tp > 1:
+        _require(model.is_language_model, "tp", f"tensor parallelism needs a transformer, {model.name} is {model.family}",
+                 "use --tp 1 (data or pipeline parallelism) for this model")
+        _require(heads % p.tp == 0, "tp", f"{heads} attention heads of {model.name} are not divisible by tp={p.tp}",
+                 f"choose tp among {[d for d in range(1, heads + 1) if heads % d == 0 and d <= 64]}")
+        _require(kv % p.tp == 0 or p.tp % kv == 0, "tp", f"{kv} kv heads do not divide into tp={p.tp}",
+                 "choose tp dividing the kv heads or a multiple of them")
+    _require(p.schedule in SCHEDULES, "schedule", f"unknown pipeline schedule '{p.schedule}'",
+             f"use one of {', '.join(SCHEDULES)}")
+    _require(p.recompute in RECOMPUTE_MODES, "recompute", f"unknown recompute mode '{p.recompute}'",
+             f"use one of {', '.join(RECOMPUTE_MODES)}")
+    _require(0 <= p.zero <= 3, "zero", f"ZeRO stage must be 0..3, got {p.zero}", "use 0, 1, 2 or 3 (3 = FSDP)")
+    if p.vpp > 1:
+        _require(p.pp > 1, "vpp", "virtual pipeline stages need pipeline parallelism", "set --pp > 1 or --vpp 1")
+    if p.schedule == "interleaved" and p.vpp == 1:
+        raise ConfigError("schedule", "interleaved 1F1B needs more than one virtual stage", "set --vpp 2 or more")
+    data = p.micro_batch * p.dp
+    _require(p.global_batch % data == 0, "global_batch",
+             f"{p.global_batch} is not divisible by micro_batch x dp = {p.micro_batch} x {p.dp} = {data}",
+             f"use a multiple of {data}, e.g. {max(data, (p.global_batch // data) * data) or data}")
+    m = p.global_batch // data
+    if p.vpp > 1:
+        _require(m % p.pp == 0, "global_batch",
+                 f"interleaved schedule needs micro-batches ({m}) divisible by pp={p.pp}",
+                 f"use a global batch that is a multiple of {data * p.pp}")
+    if p.cp > 1:
+        _require(model.is_language_model and (model.seq_len or 0) % (2 * p.cp) == 0, "cp",
+                 f"context parallelism needs seq_len divisible by 2*cp, got seq_len={model.seq_len}",
+                 "choose cp with seq_len % (2*cp) == 0")
+    if p.sequence_parallel:
+        _require(p.tp > 1, "sequence_parallel", "sequence parallelism needs tp > 1", "set --tp > 1 or drop --sp")
+    experts = int(hyper.get("experts", 0) or 0)
+    if p.ep > 1:
+        _require(experts > 0, "ep", f"expert parallelism needs a mixture-of-experts model, {model.name} has none",
+                 "use --ep 1 or a MoE model such as mixtral-8x7b")
+        _require(experts % p.ep == 0, "ep", f"{experts} experts not divisible by ep={p.ep}", "choose ep dividing the experts")
+        _require(p.dp % p.ep == 0, "ep", f"ep={p.ep} must divide dp={p.dp} (experts are sharded inside the data axis)",
+                 "choose ep dividing dp")
+    blocks = [la for la in model.layers if la.kind == "transformer"]
+    chunks = p.pp * p.vpp
+    if blocks:
+        _require(len(blocks) % chunks == 0, "pp", f"{len(blocks)} layers cannot be split evenly into pp x vpp = {chunks} chunks",
+                 f"choose pp*vpp dividing {len(blocks)}")
+    else:
+        _require(len(model.layers) >= chunks, "pp", f"{model.name} has only {len(model.layers)} layers for {chunks} stages",
+                 "use fewer pipeline stages")
+
+
+def _data_axes(expert: bool) -> tuple[str, ...]:
+    return ("dp",) if expert else ("ep", "dp")
+
+
+def op_split(op: Op, p: ParallelSpec, batch_dim: str) -> Split:
+    """Megatron-LM layout of one op: batch over data axes, s over cp (+tp under SP), heads/ffn/vocab over tp."""
+    split: Split = {}
+    expert = op.name in EXPERT_OPS
+    if batch_dim in op.dims:
+        split[batch_dim] = _data_axes(False)
+    if "s" in op.dims:
+        axes = ("cp",) + (("tp",) if p.sequence_parallel and op.name in SP_OPS else ())
+        split["s"] = axes
+    if op.name in ("dispatch", "combine"):
+        split["c"] = _data_axes(False) + ("cp",) + (("tp",) if p.sequence_parallel else ())
+    if expert:
+        split["e"] = ("ep",)
+        split["c"] = ("dp", "cp")
+    kv = int(op.dims.get("g", 0))
+    for d in op.dims:
+        if d in TP_DIMS and not (d in ("g", "kv") and kv and kv % p.tp != 0):
+            split[d] = ("tp",)
+    return {d: tuple(a for a in axes) for d, axes in split.items() if axes}
+
+
+def weight_config(op: Op, split: Split, zero: int) -> WeightConfig:
+    """Weight keeps the op's split on its own dims; ZeRO adds the data axes (which partial-sum its grad)."""
+    assert op.weight is not None
+    base = {d: split[d] for d in op.weight if d in split}
+    data = tuple(a for d, axes in split.items() if d not in op.weight for a in axes)
+    first = op.weight[0]
+    sharded = {**base, first: base.get(first, ()) + data}
+    return WeightConfig(weight=sharded if zero >= 3 else dict(base), grad=sharded if zero >= 2 else dict(base),
+                        optimizer=sharded if zero >= 1 else dict(base))
+
+
+def _chunk_assignment(model: Model, chunks: int) -> dict[str, int]:
+    """Contiguous chunk per layer: transformer blocks evenly, embedding first, head last; else FLOP-balanced."""
+    layers = model.layers
+    blocks = [la for la in layers if la.kind == "transformer"]
+    out: dict[str, int] = {}
+    if blocks:
+        per = len(blocks) // chunks
+        for i, la in enumerate(blocks):
+            out[la.name] = i // per
+        for la in layers:
+            if la.name not in out:
+                out[la.name] = 0 if la.kind == "embedding" else chunks - 1
+        return out
+    flops = [max(la.fwd_flops(), 1.0) for la in layers]
+    total, acc = sum(flops), 0.0
+    for la, f in zip(layers, flops, strict=True):
+        out[la.name] = min(chunks - 1, int((acc + f / 2) / total * chunks))
+        acc += f
+    if len(set(out.values())) < chunks:  # a single heavy layer swallowed a chunk: balance by count
+        out = {la.name: i * chunks // len(layers) for i, la in enumerate(layers)}
+    return out
+
+
+def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
+    """Fill a strategy tree with the preset's configs (the general representation every later issue edits)."""
+    validate_spec(model, p)
+    mesh = DeviceMesh(tp=p.tp, cp=p.cp, ep=p.ep, dp=p.dp // p.ep, pp=p.pp)
+    tree = StrategyTree.from_model(model, mesh, p.global_batch, p.micro_batch)
+    tree.zero_stage = p.zero
+    tree.overlap_grad_reduce = p.overlap_grad_reduce
+    m = p.global_batch // (p.micro_batch * p.dp)
+    kind = "interleaved" if p.vpp > 1 else p.schedule
+    tree.root.schedule = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp)
+    tree.root.recompute = p.recompute
+    chunk_of = _chunk_assignment(model, p.pp * p.vpp)
+    for node in tree.root.walk():
+        layer: Layer | None = node.layer
+        if layer is None:
+            continue
+        node.stage = chunk_of[layer.name]
+        if layer.kind in ("embedding", "head") and p.recompute != "none":
+            node.recompute = "none"  # Megatron checkpoints transformer layers only
+        leaf = LeafConfig()
+        for op in layer.ops:
+            split = op_split(op, p, model.batch_dim)
+            leaf.ops[op.name] = split
+            if op.weight is not None:
+                leaf.weights[op.name] = weight_config(op, split, p.zero)
+        if p.sequence_parallel:
+            for op_name, tensor in SP_SAVED:
+                if op_name in leaf.ops:
+                    leaf.saved[(op_name, tensor)] = {"s": ("cp", "tp")}
+        node.leaf = leaf
+    return tree

@@ -1,0 +1,182 @@
+"""Workload IR: operators as einsum-like dimension sets, grouped into layers and a module tree.
+
+Every quantity the simulator needs (FLOPs, bytes moved, parameters, saved activations) follows
+from the named dimensions of an operator, so a strategy can split any dimension and the local
+cost is just the same formula over the local sizes (Proteus section II-A).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class OpKind(StrEnum):
+    """What an operator does; the compute model picks its efficiency by kind."""
+
+    MATMUL = "matmul"  # dense contraction with a weight (linear layers, LM head)
+    BMM = "bmm"  # contraction of two activations (unfused attention scores / context)
+    ATTENTION = "attention"  # fused (flash) attention core: QK^T, softmax, PV in one kernel
+    CONV = "conv"  # convolution, an einsum over (n, k, c, p, q, r, s)
+    ELEMENTWISE = "elementwise"  # activation functions, dropout, residual add, RoPE
+    NORM = "norm"  # LayerNorm / RMSNorm / BatchNorm
+    SOFTMAX = "softmax"  # unfused (scaled, masked) softmax
+    EMBEDDING = "embedding"  # table lookup (gather): memory-bound, no FLOPs
+    POOL = "pool"
+    LOSS = "loss"  # cross-entropy over the vocabulary
+    ROUTER = "router"  # MoE gating + token permutation (dispatch/combine)
+
+
+CONTRACTION_KINDS = frozenset({OpKind.MATMUL, OpKind.BMM, OpKind.CONV, OpKind.ATTENTION})
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """A tensor the forward pass keeps for the backward pass (activation memory)."""
+
+    name: str
+    dims: tuple[str, ...]
+    bytes_per_elem: float = 2.0
+    selective_drop: bool = False  # dropped (and recomputed) under selective recompute
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator: an iteration space of named dimensions plus the tensors it touches.
+
+    `flop_dims` x `flops_per_point` gives forward FLOPs (2 per multiply-add over the whole
+    iteration space for a contraction; a few per output element for elementwise work).
+    `inputs[0]` is the activation arriving from the previous op of the layer, named with the same
+    dimension names as the producer's output so a layout can be compared across the edge.
+    """
+
+    name: str
+    kind: OpKind
+    dims: Mapping[str, int]
+    inputs: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+    weight: tuple[str, ...] | None = None
+    extra_params: int = 0  # biases / norm scales that follow the op's output feature dim
+    flop_dims: tuple[str, ...] | None = None
+    flops_per_point: float = 2.0
+    saved: tuple[SavedTensor, ...] = ()
+    selective_recompute: bool = False  # attention core: dropped and recomputed under selective
+    causal: bool = False
+    bytes_per_elem: float = 2.0
+    bwd_flops_factor: float = 2.0  # backward FLOPs / forward FLOPs (dgrad + wgrad = 2)
+    # producer of each input: None = the previous op, an op name, or "@skip" (residual path)
+    input_from: tuple[str | None, ...] = ()
+
+    def size(self, dims: tuple[str, ...], local: Mapping[str, int] | None = None) -> int:
+        sizes = local if local is not None else self.dims
+        return math.prod(sizes[d] for d in dims)
+
+    def fwd_flops(self, local: Mapping[str, int] | None = None) -> float:
+        """Forward FLOPs over the (optionally local, i.e. sharded) iteration space."""
+        sizes = local if local is not None else self.dims
+        dims = self.flop_dims if self.flop_dims is not None else (
+            tuple(self.dims) if self.kind in CONTRACTION_KINDS else self.output
+        )
+        return self.flops_per_point * math.prod(sizes[d] for d in dims)
+
+    def bwd_flops(self, local: Mapping[str, int] | None = None) -> float:
+        return self.bwd_flops_factor * self.fwd_flops(local)
+
+    def fwd_bytes(self, local: Mapping[str, int] | None = None) -> float:
+        """HBM bytes a forward kernel reads and writes (inputs, weight, output)."""
+        sizes = local if local is not None else self.dims
+        elems = sum(math.prod(sizes[d] for d in t) for t in self.inputs)
+        elems += math.prod(sizes[d] for d in self.output)
+        if self.weight is not None:
+            elems += math.prod(sizes[d] for d in self.weight)
+        return elems * self.bytes_per_elem
+
+    def bwd_bytes(self, local: Mapping[str, int] | None = None) -> float:
+        """Backward reads the saved inputs and the output gradient and writes input/weight grads."""
+        return 2.0 * self.fwd_bytes(local)
+
+    @property
+    def params(self) -> int:
+        w = math.prod(self.dims[d] for d in self.weight) if self.weight is not None else 0
+        return w + self.extra_params
+
+
+@dataclass
+class Layer:
+    """A leaf of the module tree: an ordered chain of ops run forward, reversed backward."""
+
+    name: str
+    kind: str  # "embedding", "transformer", "head", "conv", "mlp", ...
+    ops: list[Op]
+    tied_to: str | None = None  # name of a layer whose weight this layer shares (tied embeddings)
+
+    @property
+    def params(self) -> int:
+        return 0 if self.tied_to else sum(op.params for op in self.ops)
+
+    @property
+    def stored_params(self) -> int:
+        """Parameters a device holding this layer must store (tied copies included)."""
+        return sum(op.params for op in self.ops)
+
+    def fwd_flops(self) -> float:
+        return sum(op.fwd_flops() for op in self.ops)
+
+
+@dataclass
+class Module:
+    """A non-leaf of the module tree; mirrors the nesting of the model's code."""
+
+    name: str
+    children: list[Module | Layer] = field(default_factory=list)
+
+    def layers(self) -> Iterator[Layer]:
+        for c in self.children:
+            if isinstance(c, Layer):
+                yield c
+            else:
+                yield from c.layers()
+
+
+@dataclass
+class Model:
+    """A trainable model: the module tree plus what the summary needs to speak its language."""
+
+    name: str
+    family: str  # "gpt", "llama", "moe", "bert", "cnn", "dlrm"
+    root: Module
+    batch_dim: str = "b"
+    seq_len: int | None = None  # tokens per sample for language models, None otherwise
+    description: str = ""
+    hyper: dict[str, int | float | str] = field(default_factory=dict)
+
+    @property
+    def layers(self) -> list[Layer]:
+        return list(self.root.layers())
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def is_language_model(self) -> bool:
+        return self.seq_len is not None
+
+    def fwd_flops_per_sample(self) -> float:
+        """Forward contraction FLOPs per sample (the 'model FLOPs' that MFU counts, /3)."""
+        total = 0.0
+        for layer in self.layers:
+            for op in layer.ops:
+                if op.kind in CONTRACTION_KINDS:
+                    total += op.fwd_flops()
+        return total / self.batch_size_in_graph
+
+    @property
+    def batch_size_in_graph(self) -> int:
+        for layer in self.layers:
+            for op in layer.ops:
+                if self.batch_dim in op.dims:
+                    return op.dims[self.batch_dim]
+        return 1

@@ -1,0 +1,68 @@
+"""Built-in models by name, plus free dimensions for custom transformers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import Model
+from .cnn import CNN_MODELS, build_cnn
+from .dlrm import build_dlrm
+from .transformer import TRANSFORMERS, TransformerConfig, build_transformer
+
+OTHER_MODELS = {
+    "resnet50": "ResNet-50 v1.5 (torchvision), ImageNet 224x224",
+    "vgg16": "VGG-16 (torchvision, no BN), ImageNet 224x224",
+    "vgg19": "VGG-19 (torchvision, no BN), ImageNet 224x224",
+    "dlrm": "DLRM, MLPerf Criteo 1TB config (26 tables x 128, 40M-row cap)",
+}
+
+
+def model_names() -> dict[str, str]:
+    """Every built-in model with a one-line description."""
+    out = {name: cfg.description for name, cfg in TRANSFORMERS.items()}
+    out.update(OTHER_MODELS)
+    out["custom"] = "GPT-style transformer from --layers --hidden --heads [--ffn --vocab --seq-len]"
+    return out
+
+
+def transformer_config(name: str, **dims: int | None) -> TransformerConfig:
+    """A named transformer with any of layers/hidden/heads/kv_heads/ffn/vocab overridden."""
+    given = {k: v for k, v in dims.items() if v is not None}
+    if name == "custom":
+        missing = [k for k in ("layers", "hidden", "heads") if k not in given]
+        if missing:
+            raise KeyError(f"custom model needs --{' --'.join(missing)}")
+        hidden = int(given["hidden"])
+        base = TransformerConfig("custom", "gpt", int(given["layers"]), hidden, int(given["heads"]),
+                                 int(given.get("ffn") or 4 * hidden), int(given.get("vocab") or 50257),
+                                 int(given.get("seq_len") or 2048), description="custom GPT-style transformer")
+    else:
+        base = TRANSFORMERS[name]
+    fields = {k: int(v) for k, v in given.items() if k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")}
+    if "seq_len" in given:
+        fields["seq_len"] = int(given["seq_len"])
+        if base.max_positions is not None:
+            fields["max_positions"] = max(base.max_positions, int(given["seq_len"]))
+    return replace(base, **fields)
+
+
+def is_transformer(name: str) -> bool:
+    return name in TRANSFORMERS or name == "custom"
+
+
+def build_model(name: str, batch: int, seq_len: int | None = None, attention: str = "flash",
+                **dims: int | None) -> Model:
+    """Instantiate a model for `batch` samples (the global micro-batch across data-parallel ranks)."""
+    if is_transformer(name):
+        cfg = transformer_config(name, seq_len=seq_len, **dims)
+        return build_transformer(cfg, batch, cfg.seq_len, attention)
+    if any(v is not None for v in dims.values()):
+        raise KeyError(f"--layers/--hidden/... only apply to transformers, not {name}")
+    if name in CNN_MODELS:
+        return build_cnn(name, batch)
+    if name == "dlrm":
+        return build_dlrm(batch)
+    raise KeyError(name)
+
+
+__all__ = ["TRANSFORMERS", "build_model", "model_names", "transformer_config"]

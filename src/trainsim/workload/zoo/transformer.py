@@ -1,0 +1,266 @@
+"""Transformer family builder: GPT-2/3 and Megatron configs, Llama 2/3/3.1, Mixtral MoE, BERT.
+
+Dimension names used throughout (the strategy splits these by name):
+  b batch, s sequence (query), t key/value sequence, h hidden, a heads, g kv heads, d head dim,
+  q fused qkv features ((a + 2g) * d), o attention output features (a * d), f ffn features,
+  f2 ffn-in features (2f for gated MLPs, else f), v vocabulary, e experts, c expert capacity.
+Saved tensors follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", section 4.1) so activation memory reproduces sbh(34 + 5as/h).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..ir import Layer, Model, Module, Op, OpKind, SavedTensor
+
+NORM_FLOPS_PER_ELEM = 5.0  # mean, var, normalise, scale, shift
+SOFTMAX_FLOPS_PER_ELEM = 5.0
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Architecture of a decoder (or encoder) transformer; all sizes are global (unsharded)."""
+
+    name: str
+    family: str
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    seq_len: int
+    kv_heads: int | None = None
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    mlp: str = "gelu"  # gelu | swiglu
+    position: str = "learned"  # learned | rope
+    bias: bool = True
+    dropout: bool = True
+    tied_embeddings: bool = True
+    causal: bool = True
+    experts: int = 0  # >0: every layer's MLP is a mixture of experts
+    top_k: int = 2
+    capacity_factor: float = 1.0
+    max_positions: int | None = None
+    description: str = ""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+
+def _norm(name: str, cfg: TransformerConfig, b: int, s: int) -> Op:
+    dims = {"b": b, "s": s, "h": cfg.hidden}
+    params = 2 * cfg.hidden if cfg.norm == "layernorm" else cfg.hidden
+    return Op(name, OpKind.NORM, dims, (("b", "s", "h"),), ("b", "s", "h"), extra_params=params,
+              flops_per_point=NORM_FLOPS_PER_ELEM, saved=(SavedTensor("input", ("b", "s", "h")),))
+
+
+def _dropout_add(name: str, cfg: TransformerConfig, b: int, s: int) -> Op:
+    dims = {"b": b, "s": s, "h": cfg.hidden}
+    saved = (SavedTensor("mask", ("b", "s", "h"), 1.0),) if cfg.dropout else ()
+    return Op(name, OpKind.ELEMENTWISE, dims, (("b", "s", "h"), ("b", "s", "h")), ("b", "s", "h"),
+              flops_per_point=2.0, saved=saved, input_from=(None, "@skip"))
+
+
+def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
+    a, g, d = cfg.heads, cfg.kv, cfg.head_dim
+    q, o, kv = (a + 2 * g) * d, a * d, g * d
+    h = cfg.hidden
+    ops = [
+        Op("qkv", OpKind.MATMUL, {"b": b, "s": s, "h": h, "q": q}, (("b", "s", "h"),), ("b", "s", "q"),
+           weight=("q", "h"), extra_params=q if cfg.bias else 0,
+           saved=(SavedTensor("input", ("b", "s", "h")),)),
+    ]
+    if cfg.position == "rope":
+        ops.append(Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "q": q}, (("b", "s", "q"),),
+                      ("b", "s", "q"), flops_per_point=3.0))
+    core = {"b": b, "s": s, "t": s, "a": a, "g": g, "d": d, "q": q, "o": o, "kv": kv}
+    if impl == "flash":
+        ops.append(Op(
+            "attention", OpKind.ATTENTION, core, (("b", "s", "o"), ("b", "t", "kv"), ("b", "t", "kv")),
+            ("b", "s", "o"),
+            flop_dims=("b", "a", "s", "t", "d"), flops_per_point=4.0, causal=cfg.causal,
+            saved=(SavedTensor("q", ("b", "s", "o")), SavedTensor("kv", ("b", "t", "kv")),
+                   SavedTensor("kv2", ("b", "t", "kv")),
+                   SavedTensor("lse", ("b", "a", "s"), 4.0)),
+            selective_recompute=False, bwd_flops_factor=2.0))
+    else:
+        ops += [
+            Op("scores", OpKind.BMM, core, (("b", "s", "o"), ("b", "t", "kv")), ("b", "a", "s", "t"),
+               flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0, causal=cfg.causal,
+               saved=(SavedTensor("q", ("b", "s", "o")), SavedTensor("k", ("b", "t", "kv"))),
+               selective_recompute=True),
+            Op("softmax", OpKind.SOFTMAX, {"b": b, "a": a, "s": s, "t": s}, (("b", "a", "s", "t"),),
+               ("b", "a", "s", "t"), flops_per_point=SOFTMAX_FLOPS_PER_ELEM, causal=cfg.causal,
+               saved=(SavedTensor("probs", ("b", "a", "s", "t"), 2.0, selective_drop=True),),
+               selective_recompute=True),
+        ]
+        if cfg.dropout:
+            ops.append(Op("attn_dropout", OpKind.ELEMENTWISE, {"b": b, "a": a, "s": s, "t": s},
+                          (("b", "a", "s", "t"),), ("b", "a", "s", "t"), flops_per_point=1.0,
+                          saved=(SavedTensor("mask", ("b", "a", "s", "t"), 1.0, selective_drop=True),),
+                          selective_recompute=True))
+        qkv_src = "rope" if cfg.position == "rope" else "qkv"
+        ops.append(Op("context", OpKind.BMM, core, (("b", "a", "s", "t"), ("b", "t", "kv")), ("b", "s", "o"),
+                      input_from=(None, qkv_src),
+                      flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0, causal=cfg.causal,
+                      saved=(SavedTensor("probs", ("b", "a", "s", "t"), 2.0, selective_drop=True),
+                             SavedTensor("v", ("b", "t", "kv"))),
+                      selective_recompute=True))
+    ops.append(Op("proj", OpKind.MATMUL, {"b": b, "s": s, "o": o, "h": h}, (("b", "s", "o"),),
+                  ("b", "s", "h"), weight=("h", "o"), extra_params=h if cfg.bias else 0,
+                  saved=(SavedTensor("input", ("b", "s", "o")),)))
+    return ops
+
+
+def _mlp_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
+    h, f = cfg.hidden, cfg.ffn
+    f2 = 2 * f if cfg.mlp == "swiglu" else f
+    act_in = ("b", "s", "f2") if cfg.mlp == "swiglu" else ("b", "s", "f")
+    act_dims = {"b": b, "s": s, "f": f, "f2": f2}
+    return [
+        Op("fc1", OpKind.MATMUL, {"b": b, "s": s, "h": h, "f2": f2} if cfg.mlp == "swiglu"
+           else {"b": b, "s": s, "h": h, "f": f}, (("b", "s", "h"),), act_in,
+           weight=(act_in[-1], "h"), extra_params=f2 if cfg.bias else 0,
+           saved=(SavedTensor("input", ("b", "s", "h")),)),
+        Op("act", OpKind.ELEMENTWISE, act_dims, (act_in,), ("b", "s", "f"),
+           flops_per_point=8.0 if cfg.mlp == "gelu" else 6.0,
+           saved=(SavedTensor("input", act_in),)),
+        Op("fc2", OpKind.MATMUL, {"b": b, "s": s, "f": f, "h": h}, (("b", "s", "f"),), ("b", "s", "h"),
+           weight=("h", "f"), extra_params=h if cfg.bias else 0,
+           saved=(SavedTensor("input", ("b", "s", "f")),)),
+    ]
+
+
+def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
+    """Top-k routed experts: router GEMM, dispatch (all-to-all when e is split), expert MLPs, combine."""
+    h, f, e = cfg.hidden, cfg.ffn, cfg.experts
+    f2 = 2 * f if cfg.mlp == "swiglu" else f
+    c = max(1, int(round(b * s * cfg.top_k * cfg.capacity_factor / e)))
+    tok = {"b": b, "s": s, "h": h}
+    ex = {"e": e, "c": c, "h": h}
+    return [
+        Op("router", OpKind.MATMUL, {**tok, "e": e}, (("b", "s", "h"),), ("b", "s", "e"),
+           weight=("e", "h"), saved=(SavedTensor("input", ("b", "s", "h")),)),
+        Op("dispatch", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("b", "s", "h"),), ("e", "c", "h"),
+           flops_per_point=0.0, saved=(SavedTensor("routing", ("b", "s", "e"), 4.0),)),
+        Op("expert_fc1", OpKind.MATMUL, {**ex, "f2": f2}, (("e", "c", "h"),), ("e", "c", "f2"),
+           weight=("e", "f2", "h"), saved=(SavedTensor("input", ("e", "c", "h")),)),
+        Op("expert_act", OpKind.ELEMENTWISE, {"e": e, "c": c, "f": f, "f2": f2}, (("e", "c", "f2"),),
+           ("e", "c", "f"), flops_per_point=6.0, saved=(SavedTensor("input", ("e", "c", "f2")),)),
+        Op("expert_fc2", OpKind.MATMUL, {**ex, "f": f}, (("e", "c", "f"),), ("e", "c", "h"),
+           weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),)),
+        Op("combine", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("e", "c", "h"),), ("b", "s", "h"),
+           flops_per_point=0.0),
+    ]
+
+
+def _block(cfg: TransformerConfig, i: int, b: int, s: int, impl: str) -> Layer:
+    ops = [_norm("ln1", cfg, b, s), *_attention_ops(cfg, b, s, impl), _dropout_add("attn_residual", cfg, b, s),
+           _norm("ln2", cfg, b, s),
+           *(_moe_ops(cfg, b, s) if cfg.experts else _mlp_ops(cfg, b, s)),
+           _dropout_add("mlp_residual", cfg, b, s)]
+    return Layer(f"layers.{i}", "transformer", ops)
+
+
+def _embedding(cfg: TransformerConfig, b: int, s: int) -> Layer:
+    h, v = cfg.hidden, cfg.vocab
+    pos = cfg.seq_len * h if cfg.position == "learned" else 0
+    ops = [Op("embed", OpKind.EMBEDDING, {"b": b, "s": s, "h": h, "v": v}, (("b", "s"),), ("b", "s", "h"),
+              weight=("v", "h"), extra_params=pos, flop_dims=("b", "s", "h"), flops_per_point=1.0)]
+    if cfg.dropout:
+        ops.append(Op("embed_dropout", OpKind.ELEMENTWISE, {"b": b, "s": s, "h": h}, (("b", "s", "h"),),
+                      ("b", "s", "h"), flops_per_point=1.0, saved=(SavedTensor("mask", ("b", "s", "h"), 1.0),)))
+    return Layer("embedding", "embedding", ops)
+
+
+def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
+    h, v = cfg.hidden, cfg.vocab
+    ops = [
+        _norm("final_norm", cfg, b, s),
+        Op("lm_head", OpKind.MATMUL, {"b": b, "s": s, "h": h, "v": v}, (("b", "s", "h"),), ("b", "s", "v"),
+           weight=("v", "h"), saved=(SavedTensor("input", ("b", "s", "h")),)),
+        Op("loss", OpKind.LOSS, {"b": b, "s": s, "v": v}, (("b", "s", "v"),), ("b", "s"),
+           flop_dims=("b", "s", "v"), flops_per_point=4.0,
+           saved=(SavedTensor("logits", ("b", "s", "v"), 4.0),), bwd_flops_factor=1.0),
+    ]
+    return Layer("head", "head", ops, tied_to="embedding" if cfg.tied_embeddings else None)
+
+
+def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = None,
+                      attention: str = "flash") -> Model:
+    """Instantiate the module tree for `batch` sequences of `seq_len` tokens."""
+    s = seq_len or cfg.seq_len
+    if cfg.position == "learned" and cfg.max_positions and s > cfg.max_positions:
+        raise ValueError(f"seq_len {s} exceeds {cfg.name}'s {cfg.max_positions} learned positions")
+    cfg_s = replace(cfg, seq_len=s)
+    blocks = [_block(cfg_s, i, batch, s, attention) for i in range(cfg.layers)]
+    root = Module(cfg.name, [_embedding(cfg_s, batch, s), Module("layers", list(blocks)), _head(cfg_s, batch, s)])
+    return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description, hyper={
+        "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,
+        "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.experts, "top_k": cfg.top_k if cfg.experts else 0,
+        "attention": attention})
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 50257, seq: int = 2048,
+         desc: str = "") -> TransformerConfig:
+    return TransformerConfig(name, "gpt", layers, hidden, heads, 4 * hidden, vocab, seq,
+                             max_positions=seq, description=desc)
+
+
+def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int,
+           desc: str, **kw: int | float) -> TransformerConfig:
+    return TransformerConfig(name, "llama", layers, hidden, heads, ffn, vocab, seq, kv_heads=kv,
+                             norm="rmsnorm", mlp="swiglu", position="rope", bias=False, dropout=False,
+                             tied_embeddings=False, description=desc, **kw)
+
+
+_MEG = "Megatron-LM SC'21 Table 1 (Narayanan et al.), vocab 51200"
+TRANSFORMERS: dict[str, TransformerConfig] = {c.name: c for c in [
+    _gpt("gpt2", 12, 768, 12, seq=1024, desc="GPT-2 small 124M (Radford et al. 2019)"),
+    _gpt("gpt2-medium", 24, 1024, 16, seq=1024, desc="GPT-2 medium 355M"),
+    _gpt("gpt2-large", 36, 1280, 20, seq=1024, desc="GPT-2 large 774M"),
+    _gpt("gpt2-xl", 48, 1600, 25, seq=1024, desc="GPT-2 XL 1.5B"),
+    _gpt("gpt2-proteus", 12, 768, 12, vocab=40478, seq=1024,
+         desc="GPT-2 as defined in Proteus' code (12 layers, 768 hidden, vocab 40478)"),
+    _gpt("gpt3-125m", 12, 768, 12, desc="GPT-3 Small (Brown et al. 2020, Table 2.1)"),
+    _gpt("gpt3-350m", 24, 1024, 16, desc="GPT-3 Medium"),
+    _gpt("gpt3-760m", 24, 1536, 16, desc="GPT-3 Large"),
+    _gpt("gpt3-1.3b", 24, 2048, 16, desc="GPT-3 XL"),
+    _gpt("gpt3-2.7b", 32, 2560, 32, desc="GPT-3 2.7B"),
+    _gpt("gpt3-6.7b", 32, 4096, 32, desc="GPT-3 6.7B"),
+    _gpt("gpt3-13b", 40, 5120, 40, desc="GPT-3 13B"),
+    _gpt("gpt3-175b", 96, 12288, 96, desc="GPT-3 175B (Brown et al. 2020)"),
+    _gpt("megatron-1.7b", 24, 2304, 24, 51200, desc=_MEG),
+    _gpt("megatron-3.6b", 30, 3072, 32, 51200, desc=_MEG),
+    _gpt("megatron-7.5b", 36, 4096, 32, 51200, desc=_MEG),
+    _gpt("megatron-18.4b", 40, 6144, 48, 51200, desc=_MEG),
+    _gpt("megatron-39.1b", 48, 8192, 64, 51200, desc=_MEG),
+    _gpt("megatron-76.1b", 60, 10240, 80, 51200, desc=_MEG),
+    _gpt("megatron-145.6b", 80, 12288, 96, 51200, desc=_MEG),
+    _gpt("megatron-310.1b", 96, 16384, 128, 51200, desc=_MEG),
+    _gpt("megatron-529.6b", 105, 20480, 128, 51200, desc=_MEG),
+    _gpt("megatron-1t", 128, 25600, 160, 51200, desc=_MEG),
+    _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, "Llama 2 7B (Touvron et al. 2023)"),
+    _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096, "Llama 2 13B"),
+    _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, "Llama 2 70B (GQA 8 kv heads)"),
+    _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, "Llama 3 8B (Meta 2024)"),
+    _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, "Llama 3 70B"),
+    _llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 8192, "Llama 3.1 8B (128k context; default seq 8192)"),
+    _llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 8192, "Llama 3.1 70B"),
+    _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192, "Llama 3.1 405B (Dubey et al. 2024)"),
+    _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192, "alias of llama3.1-405b"),
+    _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, "Mixtral 8x7B: 8 experts, top-2 (Jiang et al. 2024)",
+           experts=8, top_k=2),
+    _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 4096, "Mixtral 8x22B: 8 experts, top-2",
+           experts=8, top_k=2),
+    TransformerConfig("bert-base", "bert", 12, 768, 12, 3072, 30522, 512, causal=False, max_positions=512,
+                      description="BERT-base 110M (Devlin et al. 2019), encoder, seq 512"),
+    TransformerConfig("bert-large", "bert", 24, 1024, 16, 4096, 30522, 512, causal=False, max_positions=512,
+                      description="BERT-large 340M, encoder, seq 512"),
+]}
