@@ -115,8 +115,8 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     for k, v in override.items():
         if v is None:
             continue
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
+        if isinstance(v, dict):
+            out[k] = merge(out[k] if isinstance(out.get(k), dict) else {}, v)
         else:
             out[k] = v
     return out

@@ -195,7 +195,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         r = mesh.coords(rank)["pp"]
         order = schedule_order(sched.kind, pp, m, r, v)
         last_item_of_chunk = {}
-        for idx, (ph, mb, vc) in enumerate(order):
+        for idx, (ph, _mb, vc) in enumerate(order):
             if ph == "B":
                 last_item_of_chunk[vc] = idx
         for idx, (ph, mb, vc) in enumerate(order):

@@ -151,10 +151,7 @@ class _Lowerer:
 
     def _compute(self, op: Op, split: Split, layer: str, phase: str, alloc: float = 0.0, free: float = 0.0) -> Step:
         local = local_sizes(op.dims, split, self.mesh)
-        if phase == "bwd":
-            flops = op.bwd_flops(local)
-        else:
-            flops = op.fwd_flops(local)
+        flops = op.bwd_flops(local) if phase == "bwd" else op.fwd_flops(local)
         contraction = op.kind in CONTRACTION_KINDS
         model = flops if contraction and phase != "recompute" else 0.0
         hw = flops if contraction else 0.0

@@ -70,8 +70,19 @@ class RooflineCompute:
         if op.kind == OpKind.CONV:
             m = local["n"] * local["p"] * local["q"]
             return m, local["k"], local["c"] * local["r"] * local["s"], 1.0
-        # batched matmuls of attention: batch (b, a) of (s x t) by d
-        return local.get("s", 1), local.get("t", 1), local.get("d", 1), local.get("b", 1) * local.get("a", 1)
+        if "s" in op.dims and "t" in op.dims:  # attention: batch (b, a) of (s x t) by d
+            return local.get("s", 1), local.get("t", 1), local.get("d", 1), local.get("b", 1) * local.get("a", 1)
+        # generic batched matmul: batch dims shared by every tensor, K = dims contracted away
+        ins = [set(t) for t in op.inputs] or [set()]
+        out_d = set(op.output)
+        shared = set.intersection(*ins) if len(ins) > 1 else set()
+        batch = [d for d in op.dims if d in shared and d in out_d]
+        m_d = [d for d in op.output if d not in batch][:1]
+        n_d = [d for d in op.output if d not in batch and d not in m_d]
+        k_d = [d for d in op.dims if d not in out_d]
+        prod = math.prod
+        return (prod(local[d] for d in m_d), prod(local[d] for d in n_d), prod(local[d] for d in k_d),
+                prod(local[d] for d in batch))
 
     def op_time(self, op: Op, local: Mapping[str, float], phase: str, device: Device, dtype: str) -> float:
         peak = device.peak_flops(dtype)

@@ -1,0 +1,3 @@
+from trainsim.cli import main
+
+main()

@@ -1,0 +1,168 @@
+"""Command line: `trainsim simulate | models | clusters` (mirrors trainsim.simulate)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .config import DEFAULT_JOB, dump_yaml, load_yaml, merge, parse_job
+from .errors import ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                  help="Predict distributed training performance before paying for the GPUs.")
+
+Opt = typer.Option
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    try:
+        tmp = path.with_name(path.name + ".part")
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot write: {exc.strerror}", "choose a writable path") from None
+
+
+@app.command()
+def simulate(
+    config: Annotated[Path | None, typer.Argument(help="YAML job file (model/cluster/strategy/simulation)")] = None,
+    model: Annotated[str | None, Opt(help="model name (trainsim models) or 'custom'")] = None,
+    cluster: Annotated[str | None, Opt(help="cluster preset (trainsim clusters)")] = None,
+    nodes: Annotated[int | None, Opt(help="number of nodes (default: what the degrees need)")] = None,
+    dp: Annotated[int | None, Opt(help="data-parallel degree (default: GPUs / (tp*pp*cp))")] = None,
+    tp: Annotated[int | None, Opt(help="tensor-parallel degree (Megatron column/row)")] = None,
+    pp: Annotated[int | None, Opt(help="pipeline-parallel degree")] = None,
+    cp: Annotated[int | None, Opt(help="context-parallel degree")] = None,
+    ep: Annotated[int | None, Opt(help="expert-parallel degree (MoE; divides dp)")] = None,
+    vpp: Annotated[int | None, Opt(help="virtual stages per pipeline rank (interleaved 1F1B)")] = None,
+    sp: Annotated[bool | None, Opt("--sp/--no-sp", help="sequence parallelism with TP")] = None,
+    zero: Annotated[int | None, Opt(help="ZeRO stage 0-3")] = None,
+    fsdp: Annotated[bool | None, Opt("--fsdp/--no-fsdp", help="FSDP full shard (= ZeRO-3)")] = None,
+    recompute: Annotated[str | None, Opt(help="none | selective | full")] = None,
+    schedule: Annotated[str | None, Opt(help="gpipe | 1f1b | interleaved")] = None,
+    micro_batch: Annotated[int | None, Opt(help="micro-batch size per data-parallel rank")] = None,
+    global_batch: Annotated[int | None, Opt(help="global batch (sequences/samples per iteration)")] = None,
+    overlap_grad_reduce: Annotated[bool | None, Opt("--overlap-grad-reduce/--no-overlap-grad-reduce",
+                                                    help="overlap DP gradient sync with backward")] = None,
+    seq_len: Annotated[int | None, Opt(help="sequence length (tokens)")] = None,
+    layers: Annotated[int | None, Opt(help="override/define number of layers")] = None,
+    hidden: Annotated[int | None, Opt(help="override/define hidden size")] = None,
+    heads: Annotated[int | None, Opt(help="override/define attention heads")] = None,
+    kv_heads: Annotated[int | None, Opt(help="override/define kv heads (GQA)")] = None,
+    ffn: Annotated[int | None, Opt(help="override/define FFN hidden size")] = None,
+    vocab: Annotated[int | None, Opt(help="override/define vocabulary size")] = None,
+    attention: Annotated[str | None, Opt(help="flash | unfused")] = None,
+    dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | tf32 | fp32")] = None,
+    gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
+    exact: Annotated[bool | None, Opt("--exact/--symmetric", help="simulate every rank (slow) or rank classes")] = None,
+    granularity: Annotated[str | None, Opt(help="auto | layer | op (task granularity)")] = None,
+    json_out: Annotated[Path | None, Opt("--json", help="write the result summary as JSON")] = None,
+    trace: Annotated[Path | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
+    dump_config: Annotated[Path | None, Opt(help="write the resolved job as YAML")] = None,
+    quiet: Annotated[bool, Opt("--quiet", "-q", help="no summary on stdout")] = False,
+) -> None:
+    """Predict one training iteration (no arguments: GPT-3 175B on 1024 A100-80GB, Megatron 3D parallel)."""
+    flags: dict[str, Any] = {
+        "model": {"name": model, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
+                  "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "attention": attention},
+        "cluster": {"name": cluster, "nodes": nodes},
+        "strategy": {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "sequence_parallel": sp,
+                     "zero": zero, "fsdp": fsdp, "recompute": recompute, "schedule": schedule,
+                     "micro_batch": micro_batch, "global_batch": global_batch,
+                     "overlap_grad_reduce": overlap_grad_reduce},
+        "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity},
+    }
+    job_flags = any(v is not None for sec in ("model", "cluster", "strategy") for v in flags[sec].values())
+    if config is not None:
+        base = load_yaml(config)
+    elif job_flags:
+        base = {}
+    else:
+        base = DEFAULT_JOB
+    job = parse_job(merge(base, flags))
+    from .api import simulate as run_simulation
+    from .report.chrome_trace import write_chrome_trace
+    from .report.summary import print_summary
+
+    result = run_simulation(job)
+    if not quiet:
+        print_summary(result)
+    if json_out is not None:
+        _write_atomic(json_out, json.dumps(result.to_json(), indent=2))
+    if trace is not None:
+        try:
+            write_chrome_trace(result, trace)
+        except OSError as exc:
+            raise ConfigError("--trace", f"cannot write {trace}: {exc.strerror}", "choose a writable path") from None
+    if dump_config is not None:
+        s = result.strategy
+        resolved = job.model_copy(deep=True)
+        resolved.strategy.dp = s["dp"]
+        resolved.strategy.global_batch = s["global_batch"]
+        resolved.cluster.nodes = result.n_gpus // max(1, _gpus_per_node(job.cluster.name))
+        _write_atomic(dump_config, dump_yaml(resolved))
+
+
+def _gpus_per_node(name: str) -> int:
+    from .hardware.cluster import get_cluster
+
+    return get_cluster(name).gpus_per_node
+
+
+@app.command()
+def models() -> None:
+    """List the built-in models."""
+    from .workload.zoo import model_names
+
+    t = Table(title="Built-in models")
+    t.add_column("name")
+    t.add_column("description")
+    for name, desc in model_names().items():
+        t.add_row(name, desc)
+    Console().print(t)
+
+
+@app.command()
+def clusters() -> None:
+    """List the built-in cluster presets."""
+    from .hardware.cluster import CLUSTERS
+
+    t = Table(title="Built-in clusters (per-GPU bandwidth; --nodes N scales the network level)")
+    for col in ("name", "GPU", "GPUs/node", "levels (bandwidth GB/s, latency us)", "NICs"):
+        t.add_column(col)
+    for name, factory in CLUSTERS.items():
+        c = factory(1)
+        levels = ", ".join(f"{lv.name} x{lv.size} {lv.bandwidth_gbps:g} GB/s {lv.latency_s * 1e6:g} us"
+                           for lv in c.levels)
+        nic = f"{c.nics_per_node} x {c.nic_gbps:g} GB/s" if c.nic_gbps else "none"
+        t.add_row(name, c.device.name, str(c.gpus_per_node), levels, nic)
+    Console().print(t)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad input is one line on stderr and exit code 2, never a traceback."""
+    from .sim.engine import SimulationError
+
+    try:
+        app(args=argv, standalone_mode=False)
+    except ConfigError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        sys.exit(2)
+    except SimulationError as exc:
+        print(f"error: strategy: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # usage errors (bad flag, wrong type) arrive here in non-standalone mode
+        if hasattr(exc, "format_message") and getattr(exc, "exit_code", 0) == 2:
+            print(f"error: {exc.format_message()}", file=sys.stderr)
+            sys.exit(2)
+        if type(exc).__name__ == "Abort":
+            sys.exit(130)
+        raise

@@ -1,0 +1,77 @@
+"""Terminal summary of a simulation (rich tables): throughput, MFU/HFU, memory verdict, breakdown."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..sim.result import BREAKDOWN_KEYS, SimulationResult
+
+LABELS = {"compute": "compute", "recompute": "recompute (fwd again)", "optimizer": "optimizer step",
+          "tp": "exposed comm: TP", "cp": "exposed comm: CP", "ep": "exposed comm: EP (all-to-all)",
+          "dp": "exposed comm: DP (grads)", "pp": "exposed comm: PP (p2p)", "bubble": "pipeline bubble",
+          "idle": "idle (waiting)"}
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB"
+
+
+def _rate(x: float) -> str:
+    for unit, f in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= f:
+            return f"{x / f:.2f} {unit}"
+    return f"{x:.2f} "
+
+
+def print_summary(r: SimulationResult, console: Console | None = None) -> None:
+    con = console or Console()
+    s = r.strategy
+    con.print(f"[bold]{r.model}[/] on [bold]{r.n_gpus}x {r.device}[/] ({r.cluster})  "
+              f"dp={s['dp']} tp={s['tp']} pp={s['pp']} cp={s['cp']} ep={s['ep']} vpp={s['vpp']} "
+              f"sp={'on' if s['sequence_parallel'] else 'off'} zero={s['zero']} recompute={s['recompute']} "
+              f"schedule={s['schedule']} micro-batch={s['micro_batch']} global-batch={s['global_batch']} "
+              f"(grad accumulation {s['grad_accumulation']}) {s['dtype']}")
+    t = Table(title="Predicted iteration", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("iteration time", f"{r.iteration_time_s:.4f} s")
+    if r.tokens_per_s:
+        t.add_row("throughput", f"{_rate(r.tokens_per_s)}tokens/s  ({_rate(r.tokens_per_s / r.n_gpus)}tokens/s per GPU)")
+    t.add_row("samples", f"{r.samples_per_s:.2f} samples/s  ({r.samples_per_s / r.n_gpus:.3f} per GPU)")
+    t.add_row("model TFLOP/s per GPU", f"{r.tflops_per_gpu:.1f}  (peak {r.peak_tflops:.0f})")
+    t.add_row("MFU (model FLOPs, no recompute)", f"{100 * r.mfu:.1f} %")
+    t.add_row("HFU (hardware FLOPs, with recompute)", f"{100 * r.hfu:.1f} %")
+    con.print(t)
+
+    m = Table(title="Peak memory per pipeline stage")
+    for col in ("stage", "weights+grads+optimizer", "activations (peak)", "peak", "capacity", "verdict"):
+        m.add_column(col, justify="right")
+    rows = r.memory
+    if len(rows) > 12:
+        worst = max(rows, key=lambda x: x.peak_bytes).stage
+        keep = {*range(4), *range(len(rows) - 4, len(rows)), worst}
+        rows = [x for x in rows if x.stage in keep]
+    for sm in rows:
+        m.add_row(str(sm.stage), _gib(sm.static_bytes), _gib(sm.activation_peak_bytes), _gib(sm.peak_bytes),
+                  _gib(sm.capacity_bytes), "[green]fits[/]" if sm.fits else "[red]OOM[/]")
+    con.print(m)
+    if r.oom:
+        con.print("[bold red]OOM: does not fit.[/] " + "; ".join(r.advice))
+    else:
+        con.print(f"[green]Fits in memory[/] (worst stage at {100 * max(r.peak_memory_bytes) / r.memory[0].capacity_bytes:.0f}% "
+                  "of usable capacity).")
+
+    b = Table(title="Where the time goes (average GPU)")
+    b.add_column("category")
+    b.add_column("seconds", justify="right")
+    b.add_column("share", justify="right")
+    b.add_column("on critical path", justify="right")
+    for k in BREAKDOWN_KEYS:
+        v = r.breakdown.get(k, 0.0)
+        cp = r.critical_path_by_category.get(k, 0.0)
+        if v <= 0 and cp <= 0:
+            continue
+        b.add_row(LABELS[k], f"{v:.4f}", f"{100 * v / r.iteration_time_s:.1f} %", f"{cp:.4f}" if cp else "")
+    con.print(b)
+    con.print(f"simulated {r.n_tasks} tasks in {r.simulation_wall_s:.3f} s")
