@@ -24,7 +24,7 @@ class RankClass:
     name: str
     stage: int
     multiplicity: int
-    ranks: tuple[int, ...]
+    ranks: range
     static_bytes: float = 0.0
 
 
@@ -143,10 +143,10 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
     if exact:
         for r in range(mesh.world_size):
             stage = mesh.coords(r)["pp"]
-            g.classes.append(RankClass(f"rank{r}", stage, 1, (r,), (static_bytes or {}).get(stage, 0.0)))
+            g.classes.append(RankClass(f"rank{r}", stage, 1, range(r, r + 1), (static_bytes or {}).get(stage, 0.0)))
     else:
         for s in range(pp):
-            ranks = tuple(r for r in range(mesh.world_size) if mesh.coords(r)["pp"] == s)
+            ranks = range(s * per_stage, (s + 1) * per_stage)  # pp is the outermost mesh axis
             g.classes.append(RankClass(f"stage{s}", s, per_stage, ranks, (static_bytes or {}).get(s, 0.0)))
     merge = frozenset({Stream.COMPUTE}) if exact else frozenset({Stream.COMPUTE, Stream.FEATURE})
     spec_cache: dict[tuple[int, str, bool], list[_Spec]] = {}

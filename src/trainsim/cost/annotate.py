@@ -14,6 +14,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     dtype = program.precision.compute_dtype
     mesh = program.mesh
     cache: dict[tuple, float] = {}
+    groups: dict[tuple, tuple[int, ...]] = {}
 
     def cost(step: Step, stage_rank: int) -> float:
         if step.kind == "compute":
@@ -22,10 +23,12 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             if key not in cache:
                 cache[key] = compute.op_time(step.op, step.local, step.phase, device, dtype)
             return cache[key]
-        group = group_ranks(mesh, step.axes, stage_rank)
-        key = (step.collective, step.size_bytes, group[:2], len(group), step.axes)
+        key = (step.collective, step.size_bytes, step.axes, stage_rank)
         if key not in cache:
-            cache[key] = comm.time(step.collective, step.size_bytes, group)
+            gkey = ("group", step.axes, stage_rank)
+            if gkey not in groups:
+                groups[gkey] = group_ranks(mesh, step.axes, stage_rank)
+            cache[key] = comm.time(step.collective, step.size_bytes, groups[gkey])
         return cache[key]
 
     n = len(program.chunks)

@@ -90,12 +90,9 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
                  "choose ep dividing dp")
     blocks = [la for la in model.layers if la.kind == "transformer"]
     chunks = p.pp * p.vpp
-    if blocks:
-        _require(len(blocks) % chunks == 0, "pp", f"{len(blocks)} layers cannot be split evenly into pp x vpp = {chunks} chunks",
-                 f"choose pp*vpp dividing {len(blocks)}")
-    else:
-        _require(len(model.layers) >= chunks, "pp", f"{model.name} has only {len(model.layers)} layers for {chunks} stages",
-                 "use fewer pipeline stages")
+    n_layers = len(blocks) or len(model.layers)
+    _require(n_layers >= chunks, "pp", f"{model.name} has only {n_layers} layers for pp x vpp = {chunks} chunks",
+             "use fewer pipeline stages or virtual stages")
 
 
 def _data_axes(expert: bool) -> tuple[str, ...]:
@@ -140,9 +137,23 @@ def _chunk_assignment(model: Model, chunks: int) -> dict[str, int]:
     blocks = [la for la in layers if la.kind == "transformer"]
     out: dict[str, int] = {}
     if blocks:
-        per = len(blocks) // chunks
-        for i, la in enumerate(blocks):
-            out[la.name] = i // per
+        # even split; a remainder is taken from the end chunks first (they also hold the embedding and
+        # the LM head), as Llama 3 405B did with 126 layers on 16 stages (Dubey et al. 2024, section 3.3.2)
+        per = -(-len(blocks) // chunks)
+        counts = [per] * chunks
+        ends = [i for pair in zip(range(chunks), range(chunks - 1, -1, -1), strict=True) for i in pair]
+        deficit, k = per * chunks - len(blocks), 0
+        while deficit:
+            c = ends[k % len(ends)]
+            if counts[c] > 1:
+                counts[c] -= 1
+                deficit -= 1
+            k += 1
+        i = 0
+        for c, n in enumerate(counts):
+            for la in blocks[i:i + n]:
+                out[la.name] = c
+            i += n
         for la in layers:
             if la.name not in out:
                 out[la.name] = 0 if la.kind == "embedding" else chunks - 1
