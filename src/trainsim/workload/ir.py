@@ -111,10 +111,15 @@ class Layer:
     kind: str  # "embedding", "transformer", "head", "conv", "mlp", ...
     ops: list[Op]
     tied_to: str | None = None  # name of a layer whose weight this layer shares (tied embeddings)
+    tied_op: str | None = None  # the op of this layer whose weight is that shared one
 
     @property
     def params(self) -> int:
-        return 0 if self.tied_to else sum(op.params for op in self.ops)
+        """Parameters this layer adds to the model (a tied weight is counted where it is defined)."""
+        total = sum(op.params for op in self.ops)
+        if self.tied_to:
+            total -= sum(op.params - op.extra_params for op in self.ops if op.name == self.tied_op)
+        return total
 
     @property
     def stored_params(self) -> int:

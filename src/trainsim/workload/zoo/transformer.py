@@ -189,7 +189,8 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
            flop_dims=("b", "s", "v"), flops_per_point=4.0,
            saved=(SavedTensor("logits", ("b", "s", "v"), 4.0),), bwd_flops_factor=1.0),
     ]
-    return Layer("head", "head", ops, tied_to="embedding" if cfg.tied_embeddings else None)
+    tied = cfg.tied_embeddings
+    return Layer("head", "head", ops, tied_to="embedding" if tied else None, tied_op="lm_head" if tied else None)
 
 
 def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = None,
