@@ -18,8 +18,8 @@ def test_published_parameter_counts(name: str, params: int) -> None:
 
 
 def test_gpt_parameters_follow_12lh2_formula() -> None:
-    l, h, v, s = 96, 12288, 50257, 2048
-    expected = l * (12 * h * h + 13 * h) + v * h + s * h + 2 * h  # blocks, tied embedding, positions, final LN
+    n_l, h, v, s = 96, 12288, 50257, 2048
+    expected = n_l * (12 * h * h + 13 * h) + v * h + s * h + 2 * h  # blocks, tied embedding, positions, final LN
     assert build_model("gpt3-175b", 1).params == expected
 
 
@@ -27,8 +27,8 @@ def test_forward_flops_match_megatron_closed_form() -> None:
     """Forward matmul FLOPs = 24 B s l h^2 (1 + s/6h + V/12lh): Narayanan eq. 3 without recompute and backward."""
     b, s = 2, 2048
     m = build_model("megatron-1.7b", b, s, "unfused")
-    l, h, v = 24, 2304, 51200
-    closed = 24 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+    n_l, h, v = 24, 2304, 51200
+    closed = 24 * b * s * n_l * h * h * (1 + s / (6 * h) + v / (12 * n_l * h))
     got = sum(op.fwd_flops() for la in m.layers for op in la.ops if op.kind in CONTRACTION_KINDS)
     assert got == pytest.approx(closed, rel=1e-12)
 
