@@ -44,7 +44,7 @@ def _cluster(job: JobConfig) -> Cluster:
     except KeyError:
         raise ConfigError("cluster.name", f"unknown cluster '{job.cluster.name}'",
                           f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
-    if nodes is None and s.dp is not None:
+    if nodes is None and s.dp is not None and base.has_network:  # a single box keeps its GPUs
         world = s.dp * s.tp * s.pp * s.cp
         if world % base.gpus_per_node and world > base.gpus_per_node:
             raise ConfigError("strategy.dp", f"dp x tp x pp x cp = {world} GPUs is not a whole number of "
@@ -69,6 +69,9 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
         raise ConfigError("strategy.dp", f"dp x tp x pp x cp = {dp}x{s.tp}x{s.pp}x{s.cp} = {dp * per_replica} "
                           f"does not match the cluster's {world} GPUs",
                           f"set --dp {world // per_replica if world % per_replica == 0 else '?'} or change --nodes")
+    if s.vpp > 1 and s.schedule == "gpipe":
+        raise ConfigError("strategy.schedule", f"gpipe has no virtual stages (vpp={s.vpp})",
+                          "use --schedule interleaved (or 1f1b) with --vpp, or --vpp 1 with gpipe")
     gb = s.global_batch or s.micro_batch * dp
     return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.sequence_parallel,
                         zero=3 if s.fsdp else s.zero, recompute=s.recompute,

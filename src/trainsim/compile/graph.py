@@ -186,7 +186,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             if bucket is not None and s.grad_bucket != bucket:
                 continue
             t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [dep], m - 1,
-                                ("grad", ch.chunk, s.label))
+                                ("grad", ch.chunk, s.label, s.axes))
             grad_tasks[cid].append(t)
 
     reps = range(mesh.world_size) if exact else [mesh.rank({"pp": s}) for s in range(pp)]
@@ -276,5 +276,5 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             ch = chunks[vc * pp + r]
             for s in ch.post_step:
                 collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [opt], -1,
-                                ("post", ch.chunk, s.label))
+                                ("post", ch.chunk, s.label, s.axes))
     return g

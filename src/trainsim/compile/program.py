@@ -9,10 +9,11 @@ builder (symmetry first).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from ..strategy.mesh import DeviceMesh
+from ..strategy.mesh import AXIS_ORDER, DeviceMesh
 from ..strategy.precision import Precision
 from ..strategy.tree import LeafConfig, Split, StrategyTree
 from ..workload.ir import CONTRACTION_KINDS, Layer, Op
@@ -234,27 +235,47 @@ class _Lowerer:
         return grad
 
     # -- gradients and parameters ---------------------------------------------------------------
-    def grad_sync(self, layer: Layer, leaf: LeafConfig, chunk: ChunkProgram) -> None:
+    def grad_sync(self, layer: Layer, leaf: LeafConfig, chunk: ChunkProgram, tied_here: bool = False) -> None:
+        """Count the layer's stored parameters, gradients and optimizer states and bucket its gradient sync.
+
+        Weights follow their memory configs; biases and norm scales (`extra_params`) follow the op's output
+        feature dim (split over tp for column-parallel ops, replicated for row-parallel ones and norms).
+        `tied_here`: the layer's tied weight is the one its tie target already holds on this rank
+        (embedding and LM head on one stage), so it is stored and synchronised once, by the target.
+        """
         buckets: dict[tuple[str, tuple[str, ...]], float] = {}
         post: dict[tuple[str, ...], float] = {}
+        zero = self.tree.zero_stage
         for op in layer.ops:
-            if op.weight is None:
+            if op.params == 0:
                 continue
             split = leaf.ops.get(op.name, {})
-            wc = leaf.weights[op.name]
-            n_weight = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, 1.0)
-            extra = op.extra_params / max(1, self.mesh.size("tp") if any("tp" in a for a in split.values()) else 1)
+            feature_axes = split.get(op.output[-1], ()) if op.output else ()
+            extra = op.extra_params / math.prod(self.mesh.size(a) for a in feature_axes if a == "tp")
+            if op.weight is not None:
+                wc = leaf.weights[op.name]
+                n_weight = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, 1.0)
+                f_w, f_g, f_o = (tensor_bytes(op, op.weight, s, self.mesh, 1.0) / n_weight
+                                 for s in (wc.weight, wc.grad, wc.optimizer))
+                axes = weight_grad_partial(op, split)
+                if tied_here and op.name == layer.tied_op:
+                    n_weight = 0.0
+            else:  # norm scales/shifts: replicated over tp, synchronised (and ZeRO-sharded) over the data axes
+                # (under SP Megatron also all-reduces them over tp: 4h values per layer, not modelled)
+                n_weight = 0.0
+                axes = tuple(a for a in AXIS_ORDER if a != "tp" and any(a in ax for ax in split.values()))
+                data = math.prod(self.mesh.size(a) for a in axes)
+                f_w, f_g, f_o = (1.0 / data if zero >= z else 1.0 for z in (3, 2, 1))
             full_local = n_weight + extra
-            stored = tensor_bytes(op, op.weight, wc.weight, self.mesh, 1.0) + extra * (
-                full_local and tensor_bytes(op, op.weight, wc.weight, self.mesh, 1.0) / n_weight)
-            grads = tensor_bytes(op, op.weight, wc.grad, self.mesh, 1.0) / n_weight * full_local
-            opt = tensor_bytes(op, op.weight, wc.optimizer, self.mesh, 1.0) / n_weight * full_local
+            if full_local <= 0:
+                continue
+            stored, grads, opt = full_local * f_w, full_local * f_g, full_local * f_o
             chunk.params_local += stored
             chunk.grads_local += grads
             chunk.optimizer_params_local += opt
-            if layer.tied_to or layer.kind == "embedding":
+            if op.weight is not None and (layer.kind == "embedding" or op.name == layer.tied_op):
                 chunk.embedding_grad_bytes += n_weight * self.prec.grad_bytes
-            axes = weight_grad_partial(op, split)
+            axes = tuple(a for a in axes if self.mesh.size(a) > 1)  # one bucket per real group
             if not axes:
                 continue
             sharded_opt = opt < full_local * 0.999
@@ -326,6 +347,7 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
     by_chunk: dict[int, list[tuple]] = {c: [] for c in range(n_chunks)}
     for node, rc, c in leaves:
         by_chunk[c].append((node, rc))
+    rank_of = {node.layer.name: c % mesh.pp for node, _, c in leaves}
     prev: tuple[Layout, float] | None = None
     layer_inputs: dict[str, tuple[Layout, float] | None] = {}
     zero3 = tree.zero_stage >= 3
@@ -339,7 +361,8 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
             layer_inputs[layer.name] = prev
             first[layer.name] = len(ch.fwd)
             prev = lw.forward_layer(layer, node.leaf, rc, prev, ch.fwd)
-            lw.grad_sync(layer, node.leaf, ch)
+            tied_here = layer.tied_to is not None and rank_of.get(layer.tied_to) == rank_of[layer.name]
+            lw.grad_sync(layer, node.leaf, ch, tied_here)
             if zero3:
                 gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
         ch.send_fwd_bytes = prev[1] if prev and c < n_chunks - 1 else 0.0
