@@ -51,12 +51,22 @@ def test_sequence_parallel_swaps_all_reduce_for_all_gather_and_reduce_scatter() 
         ("fc1.in0:all_gather", "all_gather", ("tp",), BSH2),
         ("mlp_residual.in0:reduce_scatter", "reduce_scatter", ("tp",), BSH2),
     ]
+    # backward also re-gathers the sequence-sharded saved input of qkv/fc1 for their weight gradient,
+    # concurrently with the input-gradient GEMM (Korthikanti et al. 2022, section 4.2.2)
     assert collectives(ch.bwd) == [
         ("fc2.dout:all_gather", "all_gather", ("tp",), BSH2),
+        ("fc1.input:all_gather", "all_gather", ("tp",), BSH2),
         ("ln2.dout:reduce_scatter", "reduce_scatter", ("tp",), BSH2),
         ("proj.dout:all_gather", "all_gather", ("tp",), BSH2),
+        ("qkv.input:all_gather", "all_gather", ("tp",), BSH2),
         ("ln1.dout:reduce_scatter", "reduce_scatter", ("tp",), BSH2),
     ]
+    for name in ("fc1", "qkv"):
+        i = next(i for i, s in enumerate(ch.bwd) if s.label.endswith(f"{name}.input:all_gather"))
+        dgrad, gather, wgrad = ch.bwd[i - 1], ch.bwd[i], ch.bwd[i + 1]
+        assert (dgrad.phase, wgrad.phase) == ("dgrad", "wgrad")
+        assert gather.deps == dgrad.deps  # starts with the input-gradient GEMM, not after it
+        assert wgrad.deps == (i - 1, i)  # the weight gradient waits for both
     # same bytes on the wire as plain TP: an all-reduce is a reduce-scatter plus an all-gather
     _, plain = program(sp=False)
     fwd_tp = [s for s in plain.chunks[0].fwd if s.kind == "collective" and s.layer == "layers.0"]

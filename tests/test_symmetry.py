@@ -59,9 +59,10 @@ def test_coarse_granularity_agrees_with_op_granularity(name: str) -> None:
         assert coarse.peak_memory_bytes == pytest.approx(op.peak_memory_bytes, rel=1e-9)
 
 
-def test_coarse_granularity_is_exact_without_overlap_slowdown() -> None:
-    """Fusion only changes where gamma applies: with gamma = 0 the coarsened view is exact (dPRO)."""
-    job = CASES["3d"]
+@pytest.mark.parametrize("name", ["3d", "sp-zero1-selective"])
+def test_coarse_granularity_is_exact_without_overlap_slowdown(name: str) -> None:
+    """Fusion (serial chains, and the SP weight-gradient fork-join) only changes where gamma applies."""
+    job = CASES[name]
     op = run(job, granularity="op", gamma=0.0)
     auto = run(job, granularity="auto", gamma=0.0)
     assert auto.iteration_time_s == pytest.approx(op.iteration_time_s, rel=1e-9)

@@ -92,14 +92,71 @@ class _Spec:
     index: int  # index of the last original step it covers
 
 
+def _fuse_fork_join(steps: list[Step], streams: frozenset[int]) -> list[Step]:
+    """Fuse a compute step and collectives that start with it and join before the next compute step.
+
+    Pattern (sequence-parallel weight-gradient re-gather): a(deps=D), b1(deps=D) -> b2 ..., c(deps=(a, b_last)).
+    Nothing else waits on a or the b's, so the fork-join runs in max(a, sum b) + c: exact, one task.
+    """
+    refs: dict[int, int] = defaultdict(int)
+    for s in steps:
+        for d in s.deps or ():
+            refs[d] += 1
+    out: list[Step] = []
+    remap: dict[int, int] = {}
+    i = 0
+    while i < len(steps):
+        a = steps[i]
+        k = i + 2  # steps[i + 1] (the first collective) carries the fork's explicit deps
+        while k < len(steps) and steps[k].deps is None and steps[k].stream in streams and steps[k].kind == "collective":
+            k += 1
+        c = steps[k] if k < len(steps) else None
+        fork = (a.kind == "compute" and a.deps is not None and len(a.deps) == 1 and i + 1 < len(steps)
+                and c is not None and steps[i + 1].kind == "collective"
+                and steps[i + 1].deps == a.deps and steps[i + 1].stream in streams and c.kind == "compute"
+                and c.deps == (i, k - 1) and refs[i] == 1 and all(refs[j] == (1 if j == k - 1 else 0)
+                                                                   for j in range(i + 1, k)))
+        if not fork:
+            remap[i] = len(out)
+            out.append(a)
+            i += 1
+            continue
+        assert c is not None
+        comm = sum(steps[j].duration_s for j in range(i + 1, k))
+        exposed = max(0.0, comm - a.duration_s)
+        parts = {a.category: a.duration_s}
+        parts[c.category] = parts.get(c.category, 0.0) + c.duration_s
+        if exposed > 0:
+            cat = steps[i + 1].category
+            parts[cat] = parts.get(cat, 0.0) + exposed
+        fused = Step(f"{a.label} | {c.label}", "compute", Stream.COMPUTE, max(parts, key=lambda x: parts[x]),
+                     a.layer, deps=a.deps, phase=c.phase, alloc_bytes=a.alloc_bytes + c.alloc_bytes,
+                     free_bytes=a.free_bytes + c.free_bytes, grad_bucket=c.grad_bucket,
+                     duration_s=max(a.duration_s, comm) + c.duration_s, parts=parts)
+        for j in range(i, k + 1):
+            remap[j] = len(out)
+        out.append(fused)
+        i = k + 1
+    for n, s in enumerate(out):
+        if s.deps is not None:
+            deps = tuple(remap[d] for d in s.deps)
+            if s.parts is not None or deps != s.deps:
+                s = out[n] = Step(**{**s.__dict__, "deps": deps})
+            if deps == (n - 1,):
+                out[n] = Step(**{**s.__dict__, "deps": None})
+    return out
+
+
 def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_streams: frozenset[int]) -> list[_Spec]:
     """Fuse chains of steps no other step waits on (dPRO's coarsened view): exact for serial chains."""
+    if granularity != "op" and Stream.FEATURE in merge_streams:
+        steps = _fuse_fork_join(steps, merge_streams)
     referenced = {d for s in steps if s.deps for d in s.deps}
     out: list[_Spec] = []
     remap: dict[int, int] = {}
     for i, s in enumerate(steps):
-        single = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, None, max(s.alloc_bytes, 0.0),
-                       s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i)
+        single = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
+                       max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i)
         prev = out[-1] if out else None
         can = (granularity != "op" and prev is not None and s.deps is None and s.stream in merge_streams
                and prev.stream in merge_streams and (i - 1) not in referenced
@@ -108,7 +165,8 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
         if can:
             assert prev is not None
             parts = prev.parts or {prev.category: prev.duration_s}
-            parts[s.category] = parts.get(s.category, 0.0) + s.duration_s
+            for cat, sec in (s.parts or {s.category: s.duration_s}).items():
+                parts[cat] = parts.get(cat, 0.0) + sec
             prev.parts = parts
             prev.mem_peak = max(prev.mem_peak, prev.mem_net + s.alloc_bytes)
             prev.mem_net += s.alloc_bytes - s.free_bytes

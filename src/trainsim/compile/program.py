@@ -57,7 +57,7 @@ class Step:
     deps: tuple[int, ...] | None = None
     op: Op | None = None
     local: dict[str, float] | None = None
-    phase: str = "fwd"  # fwd | bwd | recompute | optimizer
+    phase: str = "fwd"  # fwd | bwd (dgrad + wgrad) | dgrad | wgrad | recompute | optimizer
     model_flops: float = 0.0
     hw_flops: float = 0.0
     bytes_moved: float = 0.0  # for steps costed as pure memory traffic (optimizer)
@@ -68,6 +68,7 @@ class Step:
     free_bytes: float = 0.0
     grad_bucket: str | None = None  # this step finishes the gradients of layer `grad_bucket`
     duration_s: float = 0.0  # filled by the cost models (cost.annotate)
+    parts: dict[str, float] | None = None  # category split when several steps were fused into one
 
 
 @dataclass
@@ -152,7 +153,12 @@ class _Lowerer:
 
     def _compute(self, op: Op, split: Split, layer: str, phase: str, alloc: float = 0.0, free: float = 0.0) -> Step:
         local = local_sizes(op.dims, split, self.mesh)
-        flops = op.bwd_flops(local) if phase == "bwd" else op.fwd_flops(local)
+        if phase == "bwd":
+            flops = op.bwd_flops(local)
+        elif phase in ("dgrad", "wgrad"):  # the two halves of a weighted op's backward
+            flops = op.bwd_flops(local) / 2
+        else:
+            flops = op.fwd_flops(local)
         contraction = op.kind in CONTRACTION_KINDS
         model = flops if contraction and phase != "recompute" else 0.0
         hw = flops if contraction else 0.0
@@ -211,7 +217,21 @@ class _Lowerer:
             free = kept + recomputed
             if recompute == "full" and k == 0 and prev is not None:
                 free += prev[1]
-            steps.append(self._compute(op, split, layer.name, "bwd", free=free))
+            regather = self._regather(op, leaf, split, layer.name)
+            if regather:
+                # a saved input stored sharded (sequence parallelism) is gathered again for the weight
+                # gradient while the input-gradient GEMM runs (Korthikanti et al. 2022, section 4.2.2)
+                before = len(steps) - 1
+                dgrad = self._compute(op, split, layer.name, "dgrad")
+                dgrad.deps = (before,) if before >= 0 else ()
+                steps.append(dgrad)
+                for j, r in enumerate(regather):
+                    r.deps = ((before,) if before >= 0 else ()) if j == 0 else None
+                    steps.append(r)
+                steps.append(self._compute(op, split, layer.name, "wgrad", free=free))
+                steps[-1].deps = (len(steps) - 2 - len(regather), len(steps) - 2)
+            else:
+                steps.append(self._compute(op, split, layer.name, "bwd", free=free))
             for i in range(1, len(op.inputs)):
                 src_name = op.input_from[i] if i < len(op.input_from) else None
                 if src_name == "@skip":
@@ -233,6 +253,22 @@ class _Lowerer:
                     s.grad_bucket = layer.name
                     break
         return grad
+
+    def _regather(self, op: Op, leaf: LeafConfig, split: Split, layer: str) -> list[Step]:
+        """Collectives that bring saved tensors from their storage layout back to the op's layout."""
+        out: list[Step] = []
+        for t in op.saved:
+            override = leaf.saved.get((op.name, t.name))
+            if not override or op.weight is None:
+                continue
+            storage = {**split, **override}
+            src = Layout(t.dims, restrict(storage, t.dims))
+            size = tensor_bytes(op, t.dims, storage, self.mesh, t.bytes_per_elem * self.act_scale)
+            for r in reshard(src, t.dims, split, self.mesh, size):
+                out.append(Step(f"{layer}.{op.name}.{t.name}:{r.collective}", "collective", Stream.FEATURE,
+                                _category(r.axes, False), layer, phase="bwd", collective=r.collective, axes=r.axes,
+                                size_bytes=r.size_bytes))
+        return out
 
     # -- gradients and parameters ---------------------------------------------------------------
     def grad_sync(self, layer: Layer, leaf: LeafConfig, chunk: ChunkProgram, tied_here: bool = False) -> None:

@@ -19,7 +19,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     def cost(step: Step, stage_rank: int) -> float:
         if step.kind == "compute":
             assert step.op is not None and step.local is not None
-            key = (id(step.op), tuple(sorted(step.local.items())), step.phase == "bwd")
+            key = (id(step.op), tuple(sorted(step.local.items())), step.phase if step.phase != "recompute" else "fwd")
             if key not in cache:
                 cache[key] = compute.op_time(step.op, step.local, step.phase, device, dtype)
             return cache[key]

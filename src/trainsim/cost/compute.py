@@ -89,6 +89,8 @@ class RooflineCompute:
         bwd = phase == "bwd"
         flops = op.bwd_flops(local) if bwd else op.fwd_flops(local)
         bytes_ = (op.bwd_bytes(local) if bwd else op.fwd_bytes(local))
+        if phase in ("dgrad", "wgrad"):  # one of the two backward GEMMs of a weighted op
+            flops, bytes_ = op.bwd_flops(local) / 2, op.bwd_bytes(local) / 2
         hbm = device.hbm_gbps * 1e9 * self.hbm_efficiency
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             m, n, k, b = self._mnk(op, local)
