@@ -31,6 +31,11 @@ def test_default_job_is_gpt3_on_1024_a100_and_breakdown_adds_up() -> None:
     path = r.critical_path
     assert path[-1][3] == pytest.approx(r.iteration_time_s)
     assert all(a[3] <= b[2] + 1e-12 for a, b in zip(path, path[1:], strict=False))
+    # per-class timelines: a stream never runs two tasks at once
+    for cls in (0, len(r.graph.classes) - 1):
+        for stream in ("compute", "grad-comm", "pp-p2p"):
+            rows = [x for x in r.timeline(cls) if x[1] == stream]
+            assert rows and all(a[4] <= b[3] + 1e-12 for a, b in zip(rows, rows[1:], strict=False))
 
 
 def test_cli_writes_json_trace_and_a_config_that_reproduces(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compile.graph import ExecutionGraph
-from ..compile.program import Stream
+from ..compile.program import STREAM_NAMES, Stream
 from .engine import SimTrace
 
 BREAKDOWN_KEYS = ("compute", "recompute", "optimizer", "tp", "cp", "ep", "dp", "pp", "bubble", "idle")
@@ -86,6 +86,14 @@ class SimulationResult:
     @property
     def peak_memory_bytes(self) -> list[float]:
         return [s.peak_bytes for s in self.memory]
+
+    def timeline(self, rank_class: int = 0) -> list[tuple[str, str, str, float, float]]:
+        """(task, stream, category, start_s, end_s) of one rank class in start order."""
+        g, tr = self.graph, self.trace
+        assert g is not None and tr is not None
+        rows = [(g.name[t], STREAM_NAMES[g.stream[t]], g.category[t], tr.start_s[t], tr.end_s[t])
+                for t in range(len(g)) if rank_class in g.participants[t]]
+        return sorted(rows, key=lambda r: (r[3], r[4]))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
