@@ -13,6 +13,8 @@ BASE = {"dp": 2, "tp": 2, "pp": 2, "global_batch": 8, "micro_batch": 2}
 CASES: dict[str, dict[str, Any]] = {
     "3d": {**TITANXP, "strategy": BASE},
     "zero3": {**TITANXP, "strategy": {**BASE, "zero": 3}},
+    # ZeRO-3 gathers are inserted into templates that already hold explicit (fork-join) dependencies
+    "zero3-sp-full": {**TITANXP, "strategy": {**BASE, "zero": 3, "sequence_parallel": True, "recompute": "full"}},
     "interleaved": {**TITANXP, "strategy": {**BASE, "vpp": 2}},
     "sp-zero1-selective": {**TITANXP, "strategy": {**BASE, "zero": 1, "sequence_parallel": True,
                                                    "recompute": "selective"}},

@@ -352,18 +352,23 @@ def _insert_zero3(steps: list[Step], layer_first: dict[str, int], gathers: dict[
         return steps
     starts = {i: name for name, i in layer_first.items()}
     out: list[Step] = []
+    new_index: dict[int, int] = {}
     prev_layer_start: int | None = None
     for i, s in enumerate(steps):
         name = starts.get(i)
+        deps = None if s.deps is None else tuple(new_index[d] for d in s.deps)
         if name is not None and gathers.get(name, (0.0, ()))[0] > 0:
             size, axes = gathers[name]
             out.append(Step(f"{name}.params:all_gather", "collective", Stream.GRAD, "dp", name,
                             deps=(prev_layer_start,) if prev_layer_start is not None else (),
                             phase=phase, collective="all_gather", axes=axes, size_bytes=size, alloc_bytes=size))
             ag = len(out) - 1
-            s.deps = (ag - 1, ag) if out[:-1] else (ag,)
+            before = deps if deps is not None else ((new_index[i - 1],) if i > 0 else ())
+            deps = (*before, ag)
         if name is not None:
             prev_layer_start = len(out)
+        new_index[i] = len(out)
+        s.deps = deps
         out.append(s)
     last_of = {s.layer: j for j, s in enumerate(out)}
     for name, (size, _) in gathers.items():
