@@ -7,8 +7,8 @@ slower by the overlap factor gamma (Proteus section VI-C). The default gamma = 0
 average compute slowdown under compute/communication overlap measured on A100/H100/MI250/MI210
 by Lee et al. 2025 ("Characterizing Compute-Communication Overlap in GPU-Accelerated
 Distributed Deep Learning", arXiv:2507.03114). The slowdown is applied as a rate while the
-overlap lasts, not to whole tasks. Memory is tracked per class: each task raises the class's
-allocation by its running peak while it runs and leaves its net allocation when it ends.
+overlap lasts, not to whole tasks. Memory is tracked per class: each task holds its peak extra
+allocation while it runs (concurrent tasks add up) and leaves its net allocation when it ends.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     pred = [-1] * n
     started = [False] * n
     version = [0] * n
-    cur_mem = [0.0] * n_classes
+    cur_mem = [0.0] * n_classes  # net allocations of finished tasks
+    held = [0.0] * n_classes  # running tasks' peak extra allocation (their net lands when they end)
     peak_mem = [0.0] * n_classes
     timeline: list[list[tuple[float, float]]] = [[(0.0, 0.0)] for _ in range(n_classes)]
     grad_active = [0] * n_classes
@@ -119,7 +120,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                     best, best_end = p, end[p]
         pred[t] = best
         for c in graph.participants[t]:
-            v = cur_mem[c] + mem_peak[t]
+            held[c] += mem_peak[t]
+            v = cur_mem[c] + held[c]
             if v > peak_mem[c]:
                 peak_mem[c] = v
         s = stream[t]
@@ -151,6 +153,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         done += 1
         s = stream[t]
         for c in graph.participants[t]:
+            held[c] -= mem_peak[t]
             if mem_net[t]:
                 cur_mem[c] += mem_net[t]
                 if record_memory:
