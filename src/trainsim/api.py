@@ -25,6 +25,7 @@ from .sim.result import (
     StageMemory,
     class_breakdown,
     critical_path,
+    time_by_category,
 )
 from .strategy.precision import Precision
 from .strategy.presets import ParallelSpec, build_strategy
@@ -167,16 +168,6 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         cls = [c for c, rc in enumerate(graph.classes) if rc.stage == r]
         stage_breakdown.append({k: sum(per_class[c][k] for c in cls) / len(cls) for k in BREAKDOWN_KEYS})
     path = critical_path(graph, trace)
-    by_cat: dict[str, float] = defaultdict(float)
-    for t in path:
-        d = trace.end_s[t] - trace.start_s[t]
-        p = graph.parts[t]
-        if p:
-            tot = sum(p.values()) or 1.0
-            for k, v in p.items():
-                by_cat[k] += d * v / tot
-        else:
-            by_cat[graph.category[t]] += d
     strategy_echo = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep, "vpp": spec.vpp,
                      "sequence_parallel": spec.sequence_parallel, "zero": spec.zero, "recompute": spec.recompute,
                      "schedule": tree.schedule.kind, "micro_batch": spec.micro_batch, "global_batch": spec.global_batch,
@@ -187,7 +178,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         model_flops=program.model_flops_per_iteration, hw_flops=program.hw_flops_per_iteration,
         peak_tflops=peak / 1e12, breakdown=breakdown, breakdown_per_stage=stage_breakdown, memory=memory,
         critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
-        critical_path_by_category=dict(by_cat), n_tasks=len(graph), advice=_advice(memory, spec),
+        critical_path_by_category=time_by_category(graph, trace, path), n_tasks=len(graph), advice=_advice(memory, spec),
         graph=graph, trace=trace)
     result.simulation_wall_s = time.perf_counter() - wall0
     return result

@@ -183,3 +183,18 @@ def critical_path(graph: ExecutionGraph, trace: SimTrace) -> list[int]:
         path.append(t)
         t = trace.critical_pred[t]
     return path[::-1]
+
+
+def time_by_category(graph: ExecutionGraph, trace: SimTrace, tasks: list[int]) -> dict[str, float]:
+    """Seconds the given tasks spend per category (fused tasks split by their parts)."""
+    out: dict[str, float] = defaultdict(float)
+    for t in tasks:
+        d = trace.end_s[t] - trace.start_s[t]
+        p = graph.parts[t]
+        if p:
+            tot = sum(p.values()) or 1.0
+            for k, v in p.items():
+                out[k] += d * v / tot
+        else:
+            out[graph.category[t]] += d
+    return dict(out)
