@@ -31,6 +31,8 @@ from .strategy.precision import Precision
 from .strategy.presets import ParallelSpec, build_strategy
 from .workload.zoo import build_model, model_names
 
+EXACT_MODE_MAX_RANKS = 1024  # per-rank mode is for verification and asymmetric cases, not for scale
+
 
 def default_job() -> JobConfig:
     """The embedded default: GPT-3 175B on 1024 A100-80GB (128 DGX A100), Megatron 3D parallel."""
@@ -122,6 +124,9 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
     elif isinstance(job, dict):
         job = parse_job(job)
     cl = _cluster(job)
+    if job.simulation.exact and cl.world_size > EXACT_MODE_MAX_RANKS:
+        raise ConfigError("simulation.exact", f"per-rank simulation of {cl.world_size} GPUs would build millions of "
+                          f"tasks (limit {EXACT_MODE_MAX_RANKS})", "drop --exact: rank classes give the same answer")
     spec = _spec(job, cl.world_size)
     m = job.model
     try:
