@@ -87,8 +87,9 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
             flop_dims=("b", "a", "s", "t", "d"), flops_per_point=4.0, causal=cfg.causal,
             saved=(SavedTensor("q", ("b", "s", "o")), SavedTensor("kv", ("b", "t", "kv")),
                    SavedTensor("kv2", ("b", "t", "kv")),
-                   SavedTensor("lse", ("b", "a", "s"), 4.0)),
-            selective_recompute=False, bwd_flops_factor=2.0))
+                   SavedTensor("lse", ("b", "a", "s"), 4.0, selective_drop=True)),
+            # Megatron-core's selective recompute checkpoints core attention with flash kernels too
+            selective_recompute=True, bwd_flops_factor=2.0))
     else:
         ops += [
             Op("scores", OpKind.BMM, core, (("b", "s", "o"), ("b", "t", "kv")), ("b", "a", "s", "t"),
