@@ -83,12 +83,17 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
 
 
 def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
+    """What to change when a stage does not fit, sized by how far over it is."""
     worst = max(mem, key=lambda m: m.peak_bytes - m.capacity_bytes)
     if worst.fits:
         return []
     over = (worst.peak_bytes - worst.capacity_bytes) / 2**30
     tips = [f"stage {worst.stage} needs {over:.1f} GiB more than fits"]
-    if worst.activation_peak_bytes > worst.static_bytes:
+    if worst.static_bytes > worst.capacity_bytes:
+        need = worst.static_bytes / worst.capacity_bytes
+        tips.append(f"weights, gradients and optimizer states alone take {worst.static_bytes / 2**30:.0f} GiB: shard "
+                    f"them at least {need:.1f}x further (--zero 3 shards over dp={spec.dp}; --tp/--pp split the model)")
+    elif worst.activation_peak_bytes > worst.static_bytes:
         if spec.recompute != "full":
             tips.append("activations dominate: try --recompute " + ("selective" if spec.recompute == "none" else "full"))
         if spec.micro_batch > 1:
