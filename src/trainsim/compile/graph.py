@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from ..strategy.schedules import schedule_order
 from .program import ChunkProgram, Program, Step, Stream
 
-GRANULARITIES = ("op", "layer", "auto")
-
 
 @dataclass
 class RankClass:

@@ -42,7 +42,6 @@ class Stream(IntEnum):
 
 
 STREAM_NAMES = ("compute", "feature-comm", "grad-comm", "pp-p2p")
-COMM_CATEGORIES = ("tp", "cp", "ep", "dp", "pp")
 
 
 @dataclass

@@ -54,11 +54,3 @@ class DeviceMesh:
         for a in axes:
             ranks = [r + i * self.stride(a) for r in ranks for i in range(self.size(a))]
         return sorted(ranks)
-
-    def group_key(self, axes: tuple[str, ...], rank: int) -> tuple[int, ...]:
-        """Coordinates on the other axes: ranks with equal keys are in the same group."""
-        c = self.coords(rank)
-        return tuple(c[a] for a in AXIS_ORDER if a not in axes)
-
-    def active_axes(self) -> tuple[str, ...]:
-        return tuple(a for a in AXIS_ORDER if self.size(a) > 1)

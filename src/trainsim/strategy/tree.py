@@ -28,7 +28,6 @@ class ScheduleConfig:
     n_micro_batch: int = 1
     kind: str = "1f1b"  # gpipe | 1f1b | interleaved
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
-    max_ongoing_micro_batch: int | None = None  # None: what the schedule implies
 
 
 @dataclass
@@ -122,10 +121,6 @@ class StrategyTree:
     def schedule(self) -> ScheduleConfig:
         assert self.root.schedule is not None
         return self.root.schedule
-
-    @property
-    def data_parallel(self) -> int:
-        return self.mesh.dp * self.mesh.ep
 
     @property
     def grad_accumulation(self) -> int:
