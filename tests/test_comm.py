@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainsim.cost.comm import COLLECTIVE_BASE_S, HierarchicalAlphaBeta, group_ranks
+from trainsim.cost.comm import COLLECTIVE_BASE_S, HierarchicalAlphaBeta
 from trainsim.hardware.cluster import CLUSTERS, get_cluster
 from trainsim.strategy.mesh import DeviceMesh
 
@@ -47,7 +47,7 @@ def test_strided_groups_fan_out_per_level() -> None:
     cl = get_cluster("dgx-a100", 4)
     comm = HierarchicalAlphaBeta(cl)
     mesh = DeviceMesh(tp=8, dp=4)
-    tp_group, dp_group = group_ranks(mesh, ("tp",), 0), group_ranks(mesh, ("dp",), 3)
+    tp_group, dp_group = tuple(mesh.group_ranks(("tp",), 0)), tuple(mesh.group_ranks(("dp",), 3))
     assert tp_group == tuple(range(8)) and dp_group == (3, 11, 19, 27)
     assert comm.fanouts(tp_group) == [8, 1]
     assert comm.fanouts(dp_group) == [1, 4]
@@ -59,7 +59,7 @@ def test_strided_groups_fan_out_per_level() -> None:
 
     # tp=2: a dp group of 8 spans 4 GPUs in each of 2 nodes -> fan-outs 4 then 2
     mesh2 = DeviceMesh(tp=2, dp=8)
-    g = group_ranks(mesh2, ("dp",), 1)
+    g = tuple(mesh2.group_ranks(("dp",), 1))
     assert g == (1, 3, 5, 7, 9, 11, 13, 15)
     assert comm.fanouts(g) == [4, 2]
     comm2 = HierarchicalAlphaBeta(get_cluster("dgx-a100", 2))
@@ -122,7 +122,7 @@ def test_mesh_groups_fan_out_to_their_size(tp: int, dp: int, pp: int, data: st.D
     comm = HierarchicalAlphaBeta(cl)
     rank = data.draw(st.integers(0, mesh.world_size - 1))
     for axes in (("tp",), ("dp",), ("pp",), ("tp", "dp")):
-        group = group_ranks(mesh, axes, rank)
+        group = tuple(mesh.group_ranks(axes, rank))
         assert rank in group and len(group) == mesh.group_size(axes)
         fan = comm.fanouts(group)
         prod = 1

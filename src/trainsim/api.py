@@ -160,7 +160,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
     opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, compute) for r, chs in by_rank.items()}
     capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
     graph = build_graph(program, exact=job.simulation.exact, granularity=job.simulation.granularity,
-                        optimizer_s=opt_s, capacity_bytes=capacity,
+                        optimizer_s=opt_s,
                         static_bytes={r: s.total_bytes for r, s in statics.items()})
     trace = run(graph, gamma=job.simulation.gamma)
     iteration = max(trace.end_s) if len(graph) else 0.0

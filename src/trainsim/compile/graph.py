@@ -41,7 +41,6 @@ class ExecutionGraph:
     mem_net_bytes: list[float] = field(default_factory=list)
     micro_batch: list[int] = field(default_factory=list)
     queues: dict[tuple[int, int], list[int]] = field(default_factory=lambda: defaultdict(list))
-    capacity_bytes: float = 0.0
 
     def __len__(self) -> int:
         return len(self.name)
@@ -186,15 +185,14 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
 
 
 def build_graph(program: Program, *, exact: bool = False, granularity: str = "auto",
-                optimizer_s: dict[int, float] | None = None, capacity_bytes: float = 0.0,
-                static_bytes: dict[int, float] | None = None) -> ExecutionGraph:
+                optimizer_s: dict[int, float] | None = None, static_bytes: dict[int, float] | None = None) -> ExecutionGraph:
     """Instantiate the costed templates along the pipeline schedule into one execution graph."""
     tree = program.tree
     mesh = tree.mesh
     sched = tree.schedule
     pp, m, v = mesh.pp, sched.n_micro_batch, sched.virtual_stages
     n_chunks = pp * v
-    g = ExecutionGraph(capacity_bytes=capacity_bytes)
+    g = ExecutionGraph()
     per_stage = mesh.world_size // pp
     if exact:
         for r in range(mesh.world_size):

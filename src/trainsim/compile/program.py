@@ -28,11 +28,6 @@ from .layout import (
     weight_grad_partial,
 )
 
-# Bytes an Adam step streams per parameter: read fp32 master, m, v and the grad, write master, m, v
-# and the fp16/bf16 working copy (4*3 + 4 + 4*3 + 2 = 30 B; fused multi-tensor Adam, no extra passes).
-ADAM_BYTES_PER_PARAM = 30.0
-ADAM_FLOPS_PER_PARAM = 12.0
-
 
 class Stream(IntEnum):
     COMPUTE = 0
@@ -59,7 +54,6 @@ class Step:
     phase: str = "fwd"  # fwd | bwd (dgrad + wgrad) | dgrad | wgrad | recompute | optimizer
     model_flops: float = 0.0
     hw_flops: float = 0.0
-    bytes_moved: float = 0.0  # for steps costed as pure memory traffic (optimizer)
     collective: str = ""
     axes: tuple[str, ...] = ()
     size_bytes: float = 0.0

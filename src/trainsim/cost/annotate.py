@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from ..compile.program import ADAM_BYTES_PER_PARAM, Program, Step
+from ..compile.program import Program, Step
 from ..hardware.cluster import Cluster
-from .comm import CommModel, group_ranks
+from .comm import CommModel
 from .compute import ComputeModel
+
+# Bytes an Adam step streams per parameter: read fp32 master, m, v and the grad, write master, m, v
+# and the fp16/bf16 working copy (4*3 + 4 + 4*3 + 2 = 30 B; fused multi-tensor Adam, no extra passes).
+ADAM_BYTES_PER_PARAM = 30.0
 
 
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel) -> None:
@@ -27,7 +31,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
         if key not in cache:
             gkey = ("group", step.axes, stage_rank)
             if gkey not in groups:
-                groups[gkey] = group_ranks(mesh, step.axes, stage_rank)
+                groups[gkey] = tuple(mesh.group_ranks(step.axes, stage_rank))
             cache[key] = comm.time(step.collective, step.size_bytes, groups[gkey])
         return cache[key]
 

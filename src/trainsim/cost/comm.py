@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..hardware.cluster import Cluster
-from ..strategy.mesh import DeviceMesh
 
 COLLECTIVE_BASE_S = 5.0e-6  # NCCL kernel launch + proxy wake-up per collective
 DEFAULT_LINK_EFFICIENCY = {"nvlink": 0.78, "nvswitch": 0.78, "infiniband": 0.90, "ethernet": 0.85,
@@ -93,7 +92,3 @@ class HierarchicalAlphaBeta:
             slowest = min(self._bw(i, concurrency) for i, fi in enumerate(f) if fi > 1)
             return self.base_s + lat + size_bytes / slowest
         return self.base_s + lat + max(bw_terms, default=0.0)
-
-
-def group_ranks(mesh: DeviceMesh, axes: tuple[str, ...], rank: int = 0) -> tuple[int, ...]:
-    return tuple(mesh.group_ranks(axes, rank))

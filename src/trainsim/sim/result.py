@@ -136,10 +136,8 @@ def class_breakdown(graph: ExecutionGraph, trace: SimTrace, cls: int, horizon_s:
             if e <= s:
                 continue
             if stream == Stream.COMPUTE:
-                p = graph.parts[t] or {graph.category[t]: graph.duration_s[t]}
-                total = sum(p.values()) or 1.0
-                for k, v in p.items():
-                    out[k if k in out else "compute"] += (e - s) * v / total
+                for k, v in _split(graph, t, e - s):
+                    out[k if k in out else "compute"] += v
                 events.append((s, 1, 1, "@compute"))
                 events.append((e, 0, -1, "@compute"))
                 if graph.category[t] != "optimizer":
@@ -189,12 +187,15 @@ def time_by_category(graph: ExecutionGraph, trace: SimTrace, tasks: list[int]) -
     """Seconds the given tasks spend per category (fused tasks split by their parts)."""
     out: dict[str, float] = defaultdict(float)
     for t in tasks:
-        d = trace.end_s[t] - trace.start_s[t]
-        p = graph.parts[t]
-        if p:
-            tot = sum(p.values()) or 1.0
-            for k, v in p.items():
-                out[k] += d * v / tot
-        else:
-            out[graph.category[t]] += d
+        for k, v in _split(graph, t, trace.end_s[t] - trace.start_s[t]):
+            out[k] += v
     return dict(out)
+
+
+def _split(graph: ExecutionGraph, t: int, span_s: float) -> list[tuple[str, float]]:
+    """A task's run time shared among its categories (fused tasks in proportion to their parts)."""
+    parts = graph.parts[t]
+    if not parts:
+        return [(graph.category[t], span_s)]
+    total = sum(parts.values()) or 1.0
+    return [(k, span_s * v / total) for k, v in parts.items()]
