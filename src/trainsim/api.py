@@ -13,11 +13,13 @@ from .compile.graph import build_graph
 from .compile.program import lower
 from .config import DEFAULT_JOB, JobConfig, parse_job
 from .cost.annotate import annotate, optimizer_time
+from .cost.calibration import load_calibration
 from .cost.comm import HierarchicalAlphaBeta
 from .cost.compute import RooflineCompute
 from .cost.memory import RUNTIME_RESERVED_BYTES, static_memory
 from .errors import ConfigError
 from .hardware.cluster import CLUSTERS, Cluster, get_cluster
+from .hardware.devices import get_device
 from .sim.engine import run
 from .sim.result import (
     BREAKDOWN_KEYS,
@@ -47,16 +49,30 @@ def _cluster(job: JobConfig) -> Cluster:
     except KeyError:
         raise ConfigError("cluster.name", f"unknown cluster '{job.cluster.name}'",
                           f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
+    gpn = job.cluster.gpus_per_node or base.gpus_per_node
     if nodes is None and s.dp is not None and base.has_network:  # a single box keeps its GPUs
         world = s.dp * s.tp * s.pp * s.cp
-        if world % base.gpus_per_node and world > base.gpus_per_node:
+        if world % gpn and world > gpn:
             raise ConfigError("strategy.dp", f"dp x tp x pp x cp = {world} GPUs is not a whole number of "
-                              f"{base.gpus_per_node}-GPU nodes", "adjust the degrees or pass --nodes")
-        nodes = max(1, world // base.gpus_per_node)
+                              f"{gpn}-GPU nodes", "adjust the degrees or pass --nodes")
+        nodes = max(1, world // gpn)
     try:
-        return base.with_nodes(nodes or base.nodes)
+        cl = base.with_nodes(nodes or base.nodes)
     except ValueError as exc:
         raise ConfigError("cluster.nodes", str(exc), "use --nodes 1 for this single-box preset") from None
+    c = job.cluster
+    if c.gpu is None and c.gpus_per_node is None and c.intra_node_gbps is None and c.nics_per_node is None \
+            and c.nic_gbps is None:
+        return cl
+    try:
+        device = get_device(c.gpu) if c.gpu is not None else None
+    except KeyError:
+        raise ConfigError("cluster.gpu", f"unknown GPU '{c.gpu}'", "see `trainsim clusters` for device names") from None
+    try:
+        return cl.customised(device=device, gpus_per_node=c.gpus_per_node, intra_gbps=c.intra_node_gbps,
+                             nics_per_node=c.nics_per_node, nic_gbps=c.nic_gbps)
+    except ValueError as exc:
+        raise ConfigError("cluster.gpus_per_node", str(exc), "use a switch-based preset such as dgx-a100") from None
 
 
 def _spec(job: JobConfig, world: int) -> ParallelSpec:
@@ -122,7 +138,8 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         if cluster is not None:
             data["cluster"]["name"] = cluster
         for k, v in options.items():
-            section = ("cluster" if k == "nodes" else "simulation" if k in ("dtype", "gamma", "exact", "granularity")
+            section = ("cluster" if k == "nodes" else "simulation" if k in ("dtype", "gamma", "exact", "granularity",
+                                                                          "calibration")
                        else "model")
             data[section]["nodes" if k == "nodes" else k] = v
         job = parse_job(data)
@@ -151,7 +168,8 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         raise ConfigError("simulation.dtype", f"{cl.device.name} has no {precision.compute_dtype} peak",
                           f"use one of {', '.join(cl.device.dtypes)}") from None
     program = lower(tree, precision)
-    compute, comm = RooflineCompute(), HierarchicalAlphaBeta(cl)
+    cal = load_calibration(job.simulation.calibration)
+    compute, comm = RooflineCompute(cal.compute_for(cl.device)), HierarchicalAlphaBeta(cl)
     annotate(program, cl, compute, comm)
     by_rank: dict[int, list] = defaultdict(list)
     for ch in program.chunks:
@@ -162,7 +180,8 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
     graph = build_graph(program, exact=job.simulation.exact, granularity=job.simulation.granularity,
                         optimizer_s=opt_s,
                         static_bytes={r: s.total_bytes for r, s in statics.items()})
-    trace = run(graph, gamma=job.simulation.gamma)
+    gamma = cal.gamma if job.simulation.gamma is None else job.simulation.gamma
+    trace = run(graph, gamma=gamma)
     iteration = max(trace.end_s) if len(graph) else 0.0
     per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
     weights = [rc.multiplicity for rc in graph.classes]
@@ -189,6 +208,6 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         peak_tflops=peak / 1e12, breakdown=breakdown, breakdown_per_stage=stage_breakdown, memory=memory,
         critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
         critical_path_by_category=time_by_category(graph, trace, path), n_tasks=len(graph), advice=_advice(memory, spec),
-        graph=graph, trace=trace)
+        graph=graph, trace=trace, model_params=mdl.params)
     result.simulation_wall_s = time.perf_counter() - wall0
     return result

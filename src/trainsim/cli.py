@@ -1,4 +1,4 @@
-"""Command line: `trainsim simulate | models | clusters` (mirrors trainsim.simulate)."""
+"""Command line: `trainsim simulate | validate | calibrate | models | clusters`."""
 
 from __future__ import annotations
 
@@ -113,6 +113,57 @@ def _gpus_per_node(name: str) -> int:
     from .hardware.cluster import get_cluster
 
     return get_cluster(name).gpus_per_node
+
+
+@app.command()
+def validate(
+    cases: Annotated[Path, typer.Argument(help="CSV of measured runs: training_runs.csv, vTrain ground_truth_*.csv "
+                                          "or collectives.csv format (see shared/validation/README.md)")],
+    json_out: Annotated[Path | None, Opt("--json", help="write summary, rows and skipped rows as JSON")] = None,
+    plot: Annotated[Path | None, Opt(help="write a predicted-vs-measured scatter (PNG; needs trainsim[plot])")] = None,
+    max_mape: Annotated[float | None, Opt(help="exit 1 when the mean absolute % error exceeds this")] = None,
+    tier: Annotated[str | None, Opt(help="only these tiers, e.g. A,B (training_runs format)")] = None,
+    subset: Annotated[str | None, Opt(help="only these subsets, e.g. core (training_runs format)")] = None,
+    calibration: Annotated[Path | None, Opt(help="calibration YAML (default: the packaged one)")] = None,
+    jobs: Annotated[int | None, Opt(help="worker processes (default: CPU count, at most 8)")] = None,
+    all_rows: Annotated[bool, Opt("--all", help="print every row, not only the largest errors")] = False,
+    quiet: Annotated[bool, Opt("-q", "--quiet", help="print only the summary line")] = False,
+) -> None:
+    """Compare predictions with published measurements, row by row, and summarise the error."""
+    from rich.progress import Progress
+
+    from .report.validation import plot_validation, print_validation
+    from .validate.runner import default_jobs, detect_kind, filter_rows, read_rows, run_rows
+
+    if max_mape is not None and max_mape < 0:
+        raise ConfigError("--max-mape", "must be >= 0", "pass a percentage such as 7")
+    if calibration is not None:
+        from .cost.calibration import load_calibration
+
+        load_calibration(calibration)  # validate it up front: one clear error, not one per row
+    header, rows = read_rows(cases)
+    kind = detect_kind(header)
+    split = (lambda x: {t.strip() for t in x.split(",") if t.strip()} if x else None)  # noqa: E731
+    idx, rows = filter_rows(kind, rows, split(tier), split(subset))
+    if not rows:
+        raise ConfigError("CASES", f"no rows in {cases} (after filters)", "check --tier/--subset")
+    cal = str(calibration) if calibration else None
+    with Progress(transient=True, disable=quiet) as bar:
+        task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
+        report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx)
+    if json_out is not None:
+        _write_atomic(json_out, json.dumps(report.to_json(), indent=2))
+    if plot is not None:
+        plot_validation(report, plot)
+    s = report.summary()
+    if quiet:
+        print(f"{kind}: n={s['n']} skipped={s['skipped']} mape={s['mape']:.2f}% median={s['median_ape']:.2f}% "
+              f"max={s['max_ape']:.2f}% spearman={s['spearman']:.3f} kendall={s['kendall']:.3f}")
+    else:
+        print_validation(report, show_all=all_rows)
+    if max_mape is not None and not s["mape"] <= max_mape:
+        print(f"MAPE {s['mape']:.2f}% is above --max-mape {max_mape:g}%", file=sys.stderr)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -30,6 +30,11 @@ class ModelSpec(_Strict):
 class ClusterSpec(_Strict):
     name: str = "dgx-a100"
     nodes: int | None = Field(None, ge=1)
+    gpu: str | None = Field(None, description="replace the preset's GPU (see `trainsim clusters`)")
+    gpus_per_node: int | None = Field(None, ge=1)
+    intra_node_gbps: float | None = Field(None, gt=0, description="NVLink/switch GB/s per GPU per direction")
+    nics_per_node: int | None = Field(None, ge=1)
+    nic_gbps: float | None = Field(None, gt=0, description="GB/s per NIC per direction (200 Gb/s HDR = 25)")
 
 
 class StrategySpec(_Strict):
@@ -51,9 +56,11 @@ class StrategySpec(_Strict):
 
 class SimulationSpec(_Strict):
     dtype: Literal["fp32", "tf32", "fp16", "bf16", "fp8"] = "bf16"
-    gamma: float = Field(0.189, ge=0.0, le=5.0, description="compute slowdown while overlapped with gradient comm")
+    gamma: float | None = Field(None, ge=0.0, le=5.0,
+                                description="compute slowdown while overlapped with gradient comm (calibrated)")
     exact: bool = False
     granularity: Literal["op", "layer", "auto"] = "auto"
+    calibration: str | None = Field(None, description="calibration YAML from `trainsim calibrate`")
 
 
 class JobConfig(_Strict):

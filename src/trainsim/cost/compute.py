@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..hardware.devices import Device
 from ..workload.ir import Op, OpKind
-
-KERNEL_OVERHEAD_S = 3.0e-6  # launch + ramp of one CUDA kernel on a busy stream (typical 2-5 us)
+from .calibration import ComputeParams, load_calibration
 
 
 class ComputeModel(Protocol):
@@ -37,15 +36,31 @@ class ComputeModel(Protocol):
 
 @dataclass(frozen=True)
 class RooflineCompute:
-    """Roofline with GEMM efficiency (tiles, waves, short-K) and achievable HBM bandwidth."""
+    """Roofline with GEMM efficiency (tiles, waves, short-K) and achievable HBM bandwidth.
 
-    gemm_peak_fraction: float = 0.85  # large cuBLAS GEMMs reach ~85% of dense tensor peak (A100/H100 class)
-    flash_fraction_fwd: float = 0.60
-    flash_fraction_bwd: float = 0.45
-    hbm_efficiency: float = 0.80  # achievable fraction of HBM bandwidth for streaming kernels
-    tile: int = 128
-    k_half: int = 64
-    kernel_overhead_s: float = KERNEL_OVERHEAD_S
+    Every constant comes from a ComputeParams entry of the calibration file (per device family)."""
+
+    params: ComputeParams = field(default_factory=lambda: load_calibration().compute["default"])
+
+    @property
+    def gemm_peak_fraction(self) -> float:
+        return self.params.gemm_peak_fraction
+
+    @property
+    def tile(self) -> int:
+        return self.params.tile
+
+    @property
+    def k_half(self) -> float:
+        return self.params.k_half
+
+    @property
+    def kernel_overhead_s(self) -> float:
+        return self.params.kernel_overhead_s
+
+    @property
+    def hbm_efficiency(self) -> float:
+        return self.params.hbm_efficiency
 
     def gemm_efficiency(self, m: float, n: float, k: float, batch: float, device: Device) -> float:
         tiles = math.ceil(max(m, 1) / self.tile) * math.ceil(max(n, 1) / self.tile) * max(1, math.ceil(batch))
@@ -98,7 +113,7 @@ class RooflineCompute:
             t = max(flops / (peak * eff), bytes_ / hbm)
             kernels = 2 if bwd else 1
         elif op.kind == OpKind.ATTENTION:
-            frac = self.flash_fraction_bwd if bwd else self.flash_fraction_fwd
+            frac = self.params.flash_fraction_bwd if bwd else self.params.flash_fraction_fwd
             hw_flops = flops * (0.5 if op.causal else 1.0) * (1.25 if bwd else 1.0)  # bwd recomputes P
             t = max(hw_flops / (peak * frac), bytes_ / hbm)
             kernels = 1

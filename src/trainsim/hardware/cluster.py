@@ -136,6 +136,30 @@ class Cluster:
         levels = (*self.levels[:-1], replace(network, size=nodes))
         return replace(self, nodes=nodes, levels=levels)
 
+    def customised(self, *, device: Device | None = None, gpus_per_node: int | None = None,
+                   intra_gbps: float | None = None, nics_per_node: int | None = None,
+                   nic_gbps: float | None = None) -> Cluster:
+        """The same node design with another GPU, GPU count per node, NVLink or NIC bandwidth.
+
+        `intra_gbps` is per GPU per direction; `nic_gbps` per NIC (GB/s). A changed GPU count
+        needs a single intra-node level (the switch-based presets)."""
+        levels = list(self.levels)
+        gpn = self.gpus_per_node if gpus_per_node is None else gpus_per_node
+        intra = list(self.intra_node_levels)
+        if gpn != self.gpus_per_node or intra_gbps is not None:
+            if len(intra) != 1:
+                raise ValueError(f"cluster '{self.name}' has {len(intra)} intra-node levels; "
+                                 "only single-switch nodes can change GPUs per node or NVLink bandwidth")
+            lvl = intra[0]
+            levels[0] = replace(lvl, size=gpn, bandwidth_gbps=lvl.bandwidth_gbps if intra_gbps is None else intra_gbps)
+        nics = self.nics_per_node if nics_per_node is None else nics_per_node
+        nic = self.nic_gbps if nic_gbps is None else nic_gbps
+        net = self.network_level
+        if net is not None:
+            levels[-1] = replace(net, bandwidth_gbps=_per_gpu_nic_gbps(nics, nic, gpn))
+        return replace(self, device=device or self.device, gpus_per_node=gpn, levels=tuple(levels),
+                       nics_per_node=nics, nic_gbps=nic)
+
     def level_of(self, rank_a: int, rank_b: int) -> int:
         """Index into `levels` of the innermost level that joins two distinct ranks."""
         for rank in (rank_a, rank_b):

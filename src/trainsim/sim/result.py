@@ -49,6 +49,7 @@ class SimulationResult:
     critical_path_by_category: dict[str, float]
     simulation_wall_s: float = 0.0
     n_tasks: int = 0
+    model_params: int = 0
     advice: list[str] = field(default_factory=list)
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)

@@ -1,0 +1,106 @@
+"""Fitted constants of the cost models, loaded from a versioned YAML data file.
+
+The packaged `trainsim/data/calibration.yaml` holds every fitted number (GEMM efficiency per
+device family, memory-bound efficiency, kernel and framework overheads, link efficiencies and
+NCCL-style latencies, the overlap slowdown gamma) next to where it came from. `trainsim
+calibrate` writes a file of the same shape; `--calibration FILE` uses it instead.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ConfigError
+from ..hardware.devices import Device
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComputeParams(_Strict):
+    """Compute-model constants of one device family (see cost/compute.py for how each is used)."""
+
+    gemm_peak_fraction: float = Field(gt=0, le=1, description="large well-shaped GEMM throughput / dense peak")
+    tile: int = Field(128, ge=16, description="output tile edge used for tile/wave quantisation")
+    k_half: float = Field(64.0, ge=0, description="reduction length at which a GEMM runs at half speed")
+    small_mn_half: float = Field(0.0, ge=0, description="output rows at which a GEMM runs at half speed")
+    flash_fraction_fwd: float = Field(gt=0, le=1)
+    flash_fraction_bwd: float = Field(gt=0, le=1)
+    hbm_efficiency: float = Field(gt=0, le=1, description="achievable / peak HBM bandwidth for streaming ops")
+    kernel_overhead_s: float = Field(ge=0, description="GPU-side gap per kernel (launch + ramp)")
+    host_overhead_s: float = Field(0.0, ge=0, description="framework (CPU) time to dispatch one op, per kernel")
+    collective_host_s: float = Field(0.0, ge=0, description="framework time to issue one collective")
+    source: str = ""
+
+
+class Calibration(_Strict):
+    """Every fitted constant trainsim uses; `compute` is keyed by device family ('default' as fallback)."""
+
+    version: int = 1
+    description: str = ""
+    gamma: float = Field(0.189, ge=0, le=5)
+    gamma_source: str = ""
+    compute: dict[str, ComputeParams]
+    comm: dict[str, Any] = Field(default_factory=dict)
+
+    def compute_for(self, device: Device) -> ComputeParams:
+        """Constants of the device's family, else the 'default' entry."""
+        fam = device_family(device)
+        return self.compute.get(fam) or self.compute["default"]
+
+
+def device_family(device: Device) -> str:
+    """Family key of a device: its name up to the first '-' (a100-80gb -> a100, h100-sxm -> h100)."""
+    name = device.name.lower()
+    for prefix in ("gtx-", "rtx-"):
+        if name.startswith(prefix):
+            return name
+    return name.split("-")[0]
+
+
+def _parse(data: Any, where: str) -> Calibration:
+    if not isinstance(data, dict):
+        raise ConfigError("calibration", f"{where} must hold a mapping", "start from trainsim/data/calibration.yaml")
+    try:
+        cal = Calibration.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = "calibration." + ".".join(str(x) for x in err.get("loc", ()))
+        raise ConfigError(field, err.get("msg", "invalid value"), f"fix {where}") from None
+    if "default" not in cal.compute:
+        raise ConfigError("calibration.compute", "needs a 'default' family", f"add compute.default to {where}")
+    return cal
+
+
+@lru_cache(maxsize=8)
+def _load_cached(path: str | None) -> Calibration:
+    if path is None:
+        text = resources.files("trainsim").joinpath("data/calibration.yaml").read_text()
+        return _parse(yaml.safe_load(text), "the packaged calibration")
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError("simulation.calibration", f"cannot read {p}: {exc.strerror}",
+                          "pass a file written by `trainsim calibrate`") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ConfigError("simulation.calibration", f"malformed YAML in {p}", "fix the YAML syntax") from None
+    return _parse(data, str(p))
+
+
+def load_calibration(path: str | Path | None = None) -> Calibration:
+    """The packaged calibration, or the file at `path` (validated; cached per path, immutable use only)."""
+    return _load_cached(None if path is None else str(Path(path).resolve()))
+
+
+def dump_calibration(cal: Calibration) -> str:
+    return yaml.safe_dump(cal.model_dump(), sort_keys=False)

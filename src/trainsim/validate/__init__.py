@@ -1,0 +1,1 @@
+"""Validation against published measurements: `trainsim validate` and what `trainsim calibrate` fits."""
