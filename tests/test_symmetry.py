@@ -57,7 +57,8 @@ def test_coarse_granularity_agrees_with_op_granularity(name: str) -> None:
     for gran in ("auto", "layer"):
         coarse = run(job, granularity=gran)
         assert coarse.n_tasks < op.n_tasks
-        assert coarse.iteration_time_s == pytest.approx(op.iteration_time_s, rel=0.01)
+        # 2%: gamma applies per fused task, and a fused collective's issue time joins the host chain
+        assert coarse.iteration_time_s == pytest.approx(op.iteration_time_s, rel=0.02)
         assert coarse.peak_memory_bytes == pytest.approx(op.peak_memory_bytes, rel=1e-9)
 
 

@@ -169,8 +169,9 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
                           f"use one of {', '.join(cl.device.dtypes)}") from None
     program = lower(tree, precision)
     cal = load_calibration(job.simulation.calibration)
-    compute, comm = RooflineCompute(cal.compute_for(cl.device)), HierarchicalAlphaBeta(cl)
-    annotate(program, cl, compute, comm)
+    cparams = cal.compute_for(cl.device)
+    compute, comm = RooflineCompute(cparams), HierarchicalAlphaBeta(cl)
+    annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s)
     by_rank: dict[int, list] = defaultdict(list)
     for ch in program.chunks:
         by_rank[ch.pp_rank].append(ch)
@@ -181,7 +182,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
                         optimizer_s=opt_s,
                         static_bytes={r: s.total_bytes for r, s in statics.items()})
     gamma = cal.gamma if job.simulation.gamma is None else job.simulation.gamma
-    trace = run(graph, gamma=gamma)
+    trace = run(graph, gamma=gamma, p2p_host_sync=cal.p2p_host_sync)
     iteration = max(trace.end_s) if len(graph) else 0.0
     per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
     weights = [rc.multiplicity for rc in graph.classes]

@@ -167,6 +167,56 @@ def validate(
 
 
 @app.command()
+def calibrate(
+    measurements: Annotated[list[Path], typer.Argument(help="CSV files: end-to-end runs (training_runs.csv or vTrain "
+                                                       "format) and/or kernel measurements (gemm/attention/memory "
+                                                       "CSVs as in trainsim/data/measurements)")],
+    out: Annotated[Path, Opt(help="where to write the fitted calibration YAML")],
+    family: Annotated[str, Opt(help="device family the constants belong to (a100, h100, v100, ...)")] = "a100",
+    fit_params: Annotated[str, Opt("--fit", help="comma-separated constants fitted to end-to-end runs")] =
+        "gemm_peak_fraction,hbm_efficiency,host_overhead_s,collective_host_s",
+    calibration: Annotated[Path | None, Opt(help="starting calibration (default: the packaged one)")] = None,
+    every: Annotated[int, Opt(help="use every N-th row of large files (faster fits)")] = 1,
+    sweeps: Annotated[int, Opt(help="coordinate-descent sweeps")] = 2,
+    jobs: Annotated[int | None, Opt(help="worker processes")] = None,
+) -> None:
+    """Re-fit trainsim's constants to your own measurements and write a calibration file."""
+    from .cost.calibration import dump_calibration, load_calibration
+    from .validate.calibrate import Dataset, fit, fit_kernels
+    from .validate.runner import default_jobs, detect_kind, read_rows
+
+    if every < 1 or sweeps < 1:
+        raise ConfigError("--every/--sweeps", "must be >= 1", "pass a positive integer")
+    cal = load_calibration(calibration)
+    datasets, kernel_files = [], []
+    for path in measurements:
+        header, rows = read_rows(path)
+        cols = set(header)
+        if {"m", "n", "k", "tflops"} <= cols or {"seq_len", "head_dim", "tflops"} <= cols or {"op", "gbps"} <= cols:
+            kernel_files.append(path)
+            continue
+        kind = detect_kind(header)
+        if kind == "collectives":
+            raise ConfigError(str(path), "collective measurements are fitted per link type in the comm section",
+                              "edit the comm: section, then check it with `trainsim validate` on the file")
+        idx = list(range(len(rows)))[::every]
+        datasets.append(Dataset(kind, rows[::every], idx, path.name))
+    con = Console()
+    if kernel_files:
+        cal, report = fit_kernels(cal, kernel_files)
+        for fam, rep in report.items():
+            con.print(f"kernel fit {fam}: {rep}")
+    names = [n.strip() for n in fit_params.split(",") if n.strip()]
+    if datasets and names:
+        res = fit(cal, family, names, datasets, sweeps=sweeps, jobs=jobs or default_jobs(),
+                  progress=lambda msg: con.print(msg))
+        cal = res.calibration
+        con.print(f"mean |log error| {res.loss_before:.4f} -> {res.loss_after:.4f}")
+    _write_atomic(out, dump_calibration(cal))
+    con.print(f"wrote {out}; use it with --calibration {out}")
+
+
+@app.command()
 def models() -> None:
     """List the built-in models."""
     from .workload.zoo import model_names
@@ -201,7 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     from .sim.engine import SimulationError
 
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        if isinstance(rc, int) and rc:  # typer.Exit(code) comes back as a return value here
+            sys.exit(rc)
     except ConfigError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         sys.exit(2)

@@ -39,6 +39,10 @@ class ExecutionGraph:
     deps: list[list[int]] = field(default_factory=list)
     mem_peak_bytes: list[float] = field(default_factory=list)
     mem_net_bytes: list[float] = field(default_factory=list)
+    host_s: list[float] = field(default_factory=list)  # framework time to issue the task (CPU side)
+    # earliest finish after the host starts issuing the task: max over its ops k of host time up to and
+    # including k plus GPU time from k on (exact for fused chains, = max(duration, host) for one op)
+    host_path_s: list[float] = field(default_factory=list)
     micro_batch: list[int] = field(default_factory=list)
     queues: dict[tuple[int, int], list[int]] = field(default_factory=lambda: defaultdict(list))
 
@@ -47,7 +51,7 @@ class ExecutionGraph:
 
     def add(self, name: str, kind: str, stream: int, category: str, duration_s: float, classes: tuple[int, ...],
             deps: list[int], mb: int = -1, parts: dict[str, float] | None = None, mem_peak: float = 0.0,
-            mem_net: float = 0.0) -> int:
+            mem_net: float = 0.0, host_s: float = 0.0, host_path_s: float | None = None) -> int:
         t = len(self.name)
         self.name.append(name)
         self.kind.append(kind)
@@ -59,6 +63,8 @@ class ExecutionGraph:
         self.deps.append(deps)
         self.mem_peak_bytes.append(mem_peak)
         self.mem_net_bytes.append(mem_net)
+        self.host_s.append(host_s)
+        self.host_path_s.append(max(duration_s, host_s) if host_path_s is None else host_path_s)
         self.micro_batch.append(mb)
         for c in classes:
             self.queues[(c, stream)].append(t)
@@ -87,6 +93,8 @@ class _Spec:
     grad_bucket: str | None
     axes: tuple[str, ...]
     index: int  # index of the last original step it covers
+    host_s: float = 0.0
+    host_path_s: float = 0.0
 
 
 def _fuse_fork_join(steps: list[Step], streams: frozenset[int]) -> list[Step]:
@@ -129,7 +137,8 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int]) -> list[Step]:
         fused = Step(f"{a.label} | {c.label}", "compute", Stream.COMPUTE, max(parts, key=lambda x: parts[x]),
                      a.layer, deps=a.deps, phase=c.phase, alloc_bytes=a.alloc_bytes + c.alloc_bytes,
                      free_bytes=a.free_bytes + c.free_bytes, grad_bucket=c.grad_bucket,
-                     duration_s=max(a.duration_s, comm) + c.duration_s, parts=parts)
+                     duration_s=max(a.duration_s, comm) + c.duration_s, parts=parts,
+                     host_s=sum(steps[j].host_s for j in range(i, k + 1)))
         for j in range(i, k + 1):
             remap[j] = len(out)
         out.append(fused)
@@ -153,7 +162,8 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     remap: dict[int, int] = {}
     for i, s in enumerate(steps):
         single = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
-                       max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i)
+                       max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
+                       s.host_s, max(s.duration_s, s.host_s))
         prev = out[-1] if out else None
         can = (granularity != "op" and prev is not None and s.deps is None and s.stream in merge_streams
                and prev.stream in merge_streams and (i - 1) not in referenced
@@ -167,7 +177,9 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
             prev.parts = parts
             prev.mem_peak = max(prev.mem_peak, prev.mem_net + s.alloc_bytes)
             prev.mem_net += s.alloc_bytes - s.free_bytes
+            prev.host_path_s = max(prev.host_path_s + s.duration_s, prev.host_s + max(s.duration_s, s.host_s))
             prev.duration_s += s.duration_s
+            prev.host_s += s.host_s
             prev.grad_bucket = s.grad_bucket or (None if keep_anchors else prev.grad_bucket)
             prev.index = i
             prev.kind = "compute"
@@ -265,9 +277,12 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                                         (c, ph, mb, j))
                     g.mem_peak_bytes[t] = max(g.mem_peak_bytes[t], sp.mem_peak)
                     g.mem_net_bytes[t] = sp.mem_net
+                    g.host_s[t] = sp.host_s
+                    g.host_path_s[t] = sp.host_path_s
                 else:
                     t = g.add(name, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps, mb,
-                              dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net)
+                              dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net, sp.host_s,
+                              sp.host_path_s)
                 ids.append(t)
                 if anchors and sp.grad_bucket:
                     grad_sync(ch, cid, rank, t, sp.grad_bucket)

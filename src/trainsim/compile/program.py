@@ -61,6 +61,7 @@ class Step:
     free_bytes: float = 0.0
     grad_bucket: str | None = None  # this step finishes the gradients of layer `grad_bucket`
     duration_s: float = 0.0  # filled by the cost models (cost.annotate)
+    host_s: float = 0.0  # framework (CPU) time to issue this step, filled by cost.annotate
     parts: dict[str, float] | None = None  # category split when several steps were fused into one
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..compile.program import Program, Step
 from ..hardware.cluster import Cluster
 from .comm import CommModel
@@ -12,8 +14,9 @@ from .compute import ComputeModel
 ADAM_BYTES_PER_PARAM = 30.0
 
 
-def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel) -> None:
-    """Set `duration_s` on every step (templates are shared by all micro-batches: cost once)."""
+def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,
+             collective_host_s: float = 0.0) -> None:
+    """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once)."""
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
@@ -40,6 +43,13 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
         stage_rank = mesh.rank({"pp": ch.pp_rank})
         for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
             s.duration_s = cost(s, stage_rank)
+            if s.kind == "compute" and s.op is not None:
+                s.host_s = compute.host_time(s.op, s.phase)
+            elif s.kind == "collective" and s.axes:
+                # issuing a collective costs framework time plus the launch skew of its members,
+                # which grows with the group like a tree of waits (log2 of the group size)
+                n = len(mesh.group_ranks(s.axes, stage_rank))
+                s.host_s = collective_host_s * math.log2(n) if n > 1 else 0.0
         if ch.chunk < n - 1:
             nxt = mesh.rank({"pp": (ch.pp_rank + 1) % mesh.pp})
             ch.send_fwd_s = comm.time("send_recv", ch.send_fwd_bytes, (stage_rank, nxt))

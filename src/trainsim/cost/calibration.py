@@ -47,6 +47,7 @@ class Calibration(_Strict):
     description: str = ""
     gamma: float = Field(0.189, ge=0, le=5)
     gamma_source: str = ""
+    p2p_host_sync: bool = Field(True, description="host waits for pipeline sends/receives (Megatron batch_p2p_sync)")
     compute: dict[str, ComputeParams]
     comm: dict[str, Any] = Field(default_factory=dict)
 

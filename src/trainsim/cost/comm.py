@@ -1,41 +1,433 @@
-"""Communication cost model: alpha-beta collectives over the cluster's level hierarchy.
+"""Communication cost models: NCCL's own tuned model (`NcclComm`) and hierarchical alpha-beta.
 
-A group named by mesh axes is mapped onto the topology: at each level i the group has a fan-out
-f_i (how many level-(i-1) domains of the group one level-i domain joins). Collectives run
-hierarchically (reduce-scatter up the levels, all-gather back down, rail-parallel: at level i
-each rank carries 1/prod(f_j, j<i) of the data over its own share of that level's links).
-Chunks pipeline across levels, so the bandwidth term is the slowest level's (ASTRA-sim 2.0's
-analytical backend; Rashidi et al.) and latencies add up:
+`NcclComm` prices a collective the way NCCL's tuner does (NVIDIA/nccl src/graph/tuning.cc,
+`ncclTopoTuneModel` / `ncclTopoGetAlgoTime`, NCCL 2.18-2.21): every (algorithm, protocol) pair
+NCCL could run gets a predicted time and the fastest wins,
 
-  all-reduce      T = max_i 2 (f_i-1)/f_i * S_i / B_i  +  sum_i 2 (f_i-1) alpha_i
-  all-gather / reduce-scatter: half of that (S = the gathered / the input size per rank)
-  all-to-all      T = max_i S * (share of peers reached over level i) / B_i + sum_i alpha_i
-  send/recv       T = S / B_level + alpha_level
+  time = launch + baseLat[algo][proto] + sum over the hops of hwLat[link][algo][proto]
+         + bytes over the bottleneck / (link bandwidth x protocol efficiency) + Simple pipeline fill
 
-B_i is the level's per-GPU bandwidth times LINK_EFFICIENCY (what NCCL reaches: ~0.78 of NVLink
-on A100/H100 NVSwitch systems, from the nccl-tests rows in shared/validation/collectives.csv;
-0.9 of InfiniBand line rate) and every collective pays a launch base of COLLECTIVE_BASE_S.
+Algorithms: ring (every collective; a ring across nodes sends the same bytes out of every node
+as out of every rank, so it is bounded by each node's NICs, i.e. by each rank's rail NIC), tree
+(all-reduce across nodes: a chain inside each node, NCCL's double binary tree across nodes),
+NVLS (in-switch all-reduce, NVSwitch gen3+ only: H100/H200/B200 nodes) and NVLS-tree (NVLS inside
+the node, tree across nodes). Protocols: LL (8-byte flag+data stores: lowest latency, 1/4 of the
+bandwidth, capped per GPU), LL128 (128-byte lines: ~0.92 of the bandwidth, NVLink only), Simple
+(full bandwidth, highest latency; data moves in chunks, so a pipeline of `nsteps` hops must fill
+before it streams). Point-to-point traffic (send/recv, all-to-all) uses NCCL's p2p path: LL
+below NCCL_P2P_LL_THRESHOLD, Simple above.
+
+Sizes follow nccl-tests (and trainsim's compiler): all-reduce / broadcast / reduce = buffer,
+all-gather = gathered output per rank, reduce-scatter = input per rank, all-to-all = send buffer
+per rank, send_recv = bytes each rank sends (a group of more than two ranks is a ring shift: every
+rank sends to the next one at once). Ranks are numbered node-major.
+
+`HierarchicalAlphaBeta` is the earlier model: alpha-beta collectives over the cluster's levels
+(ASTRA-sim 2.0's analytical backend, Rashidi et al.), kept for callers that want its closed forms.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol
 
-from ..hardware.cluster import Cluster
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-COLLECTIVE_BASE_S = 5.0e-6  # NCCL kernel launch + proxy wake-up per collective
-DEFAULT_LINK_EFFICIENCY = {"nvlink": 0.78, "nvswitch": 0.78, "infiniband": 0.90, "ethernet": 0.85,
-                           "pcie": 0.85, "qpi": 0.85}
+from ..hardware.cluster import Cluster, Level
+
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                                "reduce", "send_recv")
+PROTOCOLS: tuple[str, ...] = ("ll", "ll128", "simple")
+ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls", "nvls_tree", "p2p")
+
+LINK_TYPES = MappingProxyType({
+    "nvswitch": "nvlink", "nvlink": "nvlink", "intra-node": "nvlink",
+    "pcie": "pcie", "qpi": "pcie",
+    "infiniband": "infiniband", "network": "infiniband", "roce": "infiniband",
+    "ethernet": "ethernet", "efa": "efa", "tcpxo": "tcpxo",
+})
+"""Level name -> link type whose NCCL constants apply (unknown names: nvlink inside, infiniband across)."""
 
 
 class CommModel(Protocol):
     def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float: ...
 
 
+# --------------------------------------------------------------------------------------------------
+# Parameters (defaults: NCCL's published tuning constants; the packaged calibration refits some)
+# --------------------------------------------------------------------------------------------------
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PerProtocol(_Strict):
+    """One value per NCCL protocol."""
+
+    ll: float = Field(ge=0)
+    ll128: float = Field(ge=0)
+    simple: float = Field(ge=0)
+
+    def of(self, protocol: str) -> float:
+        return float(getattr(self, protocol))
+
+
+class LinkParams(_Strict):
+    """Constants of one link type: achievable bandwidth and per-hop latency per protocol (us)."""
+
+    efficiency: float = Field(gt=0, le=1.5, description="Simple-protocol bandwidth / the level's bandwidth")
+    ring_hop_us: PerProtocol
+    tree_hop_us: PerProtocol
+    protocols: tuple[str, ...] = PROTOCOLS
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _known_protocols(self) -> LinkParams:
+        unknown = set(self.protocols) - set(PROTOCOLS)
+        if unknown or "simple" not in self.protocols:
+            raise ValueError(f"protocols must be a subset of {PROTOCOLS} that includes 'simple'")
+        return self
+
+
+class ProtocolParams(_Strict):
+    """Constants of one protocol: base latency per algorithm, bandwidth factor and caps."""
+
+    base_ring_us: float = Field(ge=0)
+    base_tree_us: float = Field(ge=0)
+    bw_factor: float = Field(gt=0, le=1, description="bandwidth / Simple's bandwidth over the same links")
+    max_busbw_single_node_gbps: float | None = Field(None, gt=0, description="per-GPU cap inside one node")
+    max_busbw_multi_node_gbps: float | None = Field(None, gt=0, description="per-GPU cap across nodes")
+    window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight per pipeline step (fill cost)")
+    source: str = ""
+
+
+class NvlsParams(_Strict):
+    """NVLink SHARP (in-switch reduction) all-reduce."""
+
+    device_families: tuple[str, ...] = ("h100", "h200", "b200")
+    hop_us: float = Field(23.0, ge=0, description="NCCL hwLat[NVLINK][NVLS][Simple]")
+    efficiency: float = Field(0.6, gt=0, le=1.5, description="all-reduce algbw / NVLink per-GPU bandwidth")
+    window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight before NVLS streams (fill cost)")
+    source: str = ""
+
+
+class P2PParams(_Strict):
+    """Point-to-point (send/recv, all-to-all) path."""
+
+    base_us: float = Field(ge=0)
+    efficiency: float = Field(gt=0, le=1.5, description="p2p bandwidth / the link's Simple bandwidth")
+    ll_threshold_bytes: float = Field(16384.0, ge=0, description="NCCL_P2P_LL_THRESHOLD")
+    source: str = ""
+
+
+def _nccl_links() -> dict[str, LinkParams]:
+    """NCCL tuning.cc hwLat (NCCL 2.19) per link type; efficiencies from NCCL topo.h link rates."""
+    nvl_ring, nvl_tree = PerProtocol(ll=0.6, ll128=1.9, simple=3.4), PerProtocol(ll=0.6, ll128=1.25, simple=28.0)
+    pci_ring, pci_tree = PerProtocol(ll=1.0, ll128=2.5, simple=5.7), PerProtocol(ll=1.0, ll128=1.9, simple=28.0)
+    net_ring, net_tree = PerProtocol(ll=2.7, ll128=4.0, simple=14.0), PerProtocol(ll=5.0, ll128=8.5, simple=28.0)
+    no_ll128 = ("ll", "simple")
+    return {
+        "nvlink": LinkParams(efficiency=0.8, ring_hop_us=nvl_ring, tree_hop_us=nvl_tree,
+                             source="NCCL topo.h SM80_NVLINK_BW 20 GB/s per 25 GB/s link; tuning.cc hwLat NVLINK"),
+        "pcie": LinkParams(efficiency=1.0, ring_hop_us=pci_ring, tree_hop_us=pci_tree, protocols=no_ll128,
+                           source="cluster PCIe/QPI levels already carry NCCL's effective rates; hwLat PCI"),
+        "infiniband": LinkParams(efficiency=0.9, ring_hop_us=net_ring, tree_hop_us=net_tree,
+                                 source="NCCL tuning.cc hwLat NET"),
+        "ethernet": LinkParams(efficiency=0.85, ring_hop_us=net_ring, tree_hop_us=net_tree, protocols=no_ll128,
+                               source="NCCL tuning.cc hwLat NET; LL128 needs GPU-direct NICs"),
+        "efa": LinkParams(efficiency=0.9, ring_hop_us=net_ring, tree_hop_us=net_tree, protocols=no_ll128,
+                          source="NCCL tuning.cc hwLat NET; LL128 needs GPU-direct NICs"),
+        "tcpxo": LinkParams(efficiency=0.9, ring_hop_us=net_ring, tree_hop_us=net_tree, protocols=no_ll128,
+                            source="NCCL tuning.cc hwLat NET; LL128 needs GPU-direct NICs"),
+    }
+
+
+class CommParams(_Strict):
+    """Every constant of `NcclComm` (the `comm:` section of the calibration file)."""
+
+    launch_us: float = Field(0.0, ge=0, description="kernel launch + start per collective, on top of NCCL's model")
+    tree_efficiency: float = Field(0.92, gt=0, le=1, description="NCCL tuning.cc: tree busBw *= .92")
+    links: dict[str, LinkParams] = Field(default_factory=_nccl_links)
+    ll: ProtocolParams = ProtocolParams(base_ring_us=6.6, base_tree_us=6.8, bw_factor=0.25,
+                                        max_busbw_single_node_gbps=87.7, max_busbw_multi_node_gbps=39.0,
+                                        source="NCCL tuning.cc baseLat, ring LL busBw/4, llMaxBws")
+    ll128: ProtocolParams = ProtocolParams(base_ring_us=14.0, base_tree_us=14.0, bw_factor=0.92,
+                                           source="NCCL tuning.cc baseLat, ring LL128 busBw*0.92")
+    simple: ProtocolParams = ProtocolParams(base_ring_us=8.4, base_tree_us=0.0, bw_factor=1.0,
+                                            source="NCCL tuning.cc baseLat")
+    nvls: NvlsParams = NvlsParams()
+    p2p: P2PParams = P2PParams(base_us=8.4, efficiency=1.0, source="NCCL Simple ring base latency")
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _needs_base_links(self) -> CommParams:
+        missing = {"nvlink", "pcie", "infiniband"} - set(self.links)
+        if missing:
+            raise ValueError(f"links needs entries for {sorted(missing)}")
+        return self
+
+    def protocol(self, name: str) -> ProtocolParams:
+        return {"ll": self.ll, "ll128": self.ll128, "simple": self.simple}[name]
+
+    def link(self, link_type: str) -> LinkParams:
+        """Constants of a link type; an unlisted network fabric falls back to InfiniBand's."""
+        return self.links.get(link_type) or self.links["infiniband"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------------
+
+class CommChoice(NamedTuple):
+    """What NCCL would run for one call and how long it takes."""
+
+    algorithm: str
+    protocol: str
+    time_s: float
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A group laid onto the cluster: sizes, bottleneck links and their effective bandwidths (GB/s)."""
+
+    n: int
+    nodes: int
+    per_node: int
+    intra_link: str
+    intra_gbps: float  # per GPU, Simple-effective, of the slowest intra-node level spanned (inf if none)
+    net_link: str
+    node_net_gbps: float  # this group's share of one node's NICs, Simple-effective (inf within a node)
+    rail_gbps: float  # one rank's own NIC share, Simple-effective (inf within a node)
+    nvls_gbps: float  # NVLS all-reduce algbw per GPU (0 where the switch cannot reduce)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+
+def _link_type(level: Level, network: bool) -> str:
+    return LINK_TYPES.get(level.name, "infiniband" if network else "nvlink")
+
+
+def _log2_ceil(n: int) -> int:
+    return max(1, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def _ring_steps(collective: str, n: int) -> tuple[int, float]:
+    """(pipeline steps, bytes each rank sends / size) of a ring collective (nccl-tests busbw factors)."""
+    if collective == "all_reduce":
+        return 2 * (n - 1), 2 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter"):
+        return n - 1, (n - 1) / n
+    return n - 1, 1.0  # broadcast / reduce: a pipelined chain, every link carries the buffer once
+
+
+@dataclass
+class NcclComm:
+    """NCCL-like collective times on a cluster; see the module docstring for the model.
+
+    `params` is a `CommParams`, the `comm:` dict of a calibration file, or None for the packaged
+    calibration. `protocols` / `algorithms` restrict the choice like NCCL_PROTO / NCCL_ALGO.
+    """
+
+    cluster: Cluster
+    params: CommParams | dict[str, Any] | None = None
+    protocols: tuple[str, ...] = PROTOCOLS
+    algorithms: tuple[str, ...] = ALGORITHMS
+
+    def __post_init__(self) -> None:
+        if self.params is None:
+            from .calibration import load_calibration
+
+            self.params = CommParams.model_validate(load_calibration().comm)
+        elif isinstance(self.params, dict):
+            self.params = CommParams.model_validate(self.params)
+        bad = (set(self.protocols) - set(PROTOCOLS)) | (set(self.algorithms) - set(ALGORITHMS))
+        if bad or "simple" not in self.protocols:
+            raise ValueError(f"unknown protocol/algorithm {sorted(bad)} or 'simple' missing")
+
+    @property
+    def p(self) -> CommParams:
+        assert isinstance(self.params, CommParams)
+        return self.params
+
+    @cached_property
+    def _nvls_capable(self) -> bool:
+        from .calibration import device_family
+
+        intra = self.cluster.intra_node_levels
+        return (len(intra) == 1 and intra[0].kind == "switch" and _link_type(intra[0], False) == "nvlink"
+                and device_family(self.cluster.device) in self.p.nvls.device_families)
+
+    # -- public API ----------------------------------------------------------------------------
+    def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float:
+        """Seconds for one collective of `size_bytes` (nccl-tests convention) over `group`."""
+        return self.choose(collective, size_bytes, group, concurrency).time_s
+
+    def choose(self, collective: str, size_bytes: float, group: tuple[int, ...],
+               concurrency: int = 1) -> CommChoice:
+        """The fastest (algorithm, protocol) NCCL's model would pick, with its time."""
+        if collective not in COLLECTIVES:
+            raise ValueError(f"unknown collective {collective}")
+        ranks = tuple(dict.fromkeys(group))
+        if len(ranks) <= 1 or size_bytes <= 0:
+            return CommChoice("none", "none", 0.0)
+        shape = self._shape(ranks, max(1, int(concurrency)))
+        if collective == "send_recv":
+            return self._send_recv(size_bytes, ranks, shape, concurrency)
+        if collective == "all_to_all":
+            return self._all_to_all(size_bytes, shape)
+        options = [self._ring(collective, size_bytes, shape, p) for p in self._protocols(shape)]
+        if collective == "all_reduce" and shape.multi_node:
+            options += [self._tree(size_bytes, shape, p) for p in self._protocols(shape)]
+        if collective == "all_reduce" and shape.nvls_gbps > 0:
+            options.append(self._nvls(size_bytes, shape))
+        allowed = [o for o in options if o.algorithm in self.algorithms] or options
+        return min(allowed, key=lambda o: o.time_s)
+
+    # -- group layout --------------------------------------------------------------------------
+    def _shape(self, ranks: tuple[int, ...], concurrency: int) -> _Shape:
+        cl, p = self.cluster, self.p
+        gpn = cl.gpus_per_node
+        for r in ranks:
+            if not 0 <= r < cl.world_size:
+                raise ValueError(f"rank {r} out of range for world size {cl.world_size}")
+        per_node_counts = Counter(r // gpn for r in ranks)
+        nodes, per_node = len(per_node_counts), max(per_node_counts.values())
+        gpu_share = max(1.0, concurrency * per_node / gpn)  # groups stacked on the same GPUs share their links
+        intra_link, intra_gbps, nvls_gbps = "nvlink", math.inf, 0.0
+        span, local = 1, [r % gpn for r in ranks]
+        for level in cl.intra_node_levels:
+            below = len({r // span for r in local})
+            span *= level.size
+            if len({r // span for r in local}) < below:  # the group fans out over this level
+                kind = _link_type(level, False)
+                gbps = level.bandwidth_gbps * p.link(kind).efficiency / gpu_share
+                if gbps < intra_gbps:
+                    intra_link, intra_gbps = kind, gbps
+                if self._nvls_capable:
+                    nvls_gbps = level.bandwidth_gbps * p.nvls.efficiency / gpu_share
+        net_link, node_net, rail = "infiniband", math.inf, math.inf
+        net = cl.network_level
+        if nodes > 1 and net is not None:
+            net_link = _link_type(net, True)
+            eff = p.link(net_link).efficiency
+            rail_raw = cl.nic_gbps * max(1.0, cl.nics_per_node / gpn)
+            rail = rail_raw * eff / gpu_share
+            node_net = min(per_node * rail_raw / gpu_share, cl.nics_per_node * cl.nic_gbps / concurrency) * eff
+        return _Shape(len(ranks), nodes, per_node, intra_link, intra_gbps, net_link, node_net, rail, nvls_gbps)
+
+    def _protocols(self, shape: _Shape) -> list[str]:
+        """Protocols every link the group uses supports, within the NCCL_PROTO-like restriction."""
+        links = [shape.intra_link] if shape.per_node > 1 else []
+        if shape.multi_node:
+            links.append(shape.net_link)
+        return [pr for pr in self.protocols if all(pr in self.p.link(k).protocols for k in links)]
+
+    def _proto_gbps(self, bus_gbps: float, protocol: str, multi_node: bool) -> float:
+        pp = self.p.protocol(protocol)
+        cap = pp.max_busbw_multi_node_gbps if multi_node else pp.max_busbw_single_node_gbps
+        return min(bus_gbps * pp.bw_factor, cap if cap is not None else math.inf)
+
+    def _hop_us(self, link: str, tree: bool, protocol: str) -> float:
+        lp = self.p.link(link)
+        return (lp.tree_hop_us if tree else lp.ring_hop_us).of(protocol)
+
+    def _fill_s(self, window_bytes: float, steps: float, piece_bytes: float, gbps: float) -> float:
+        """Pipeline fill: the first chunk (<= the window) crosses every step before data streams."""
+        return steps * min(window_bytes, piece_bytes) / (gbps * 1e9)
+
+    # -- algorithms ----------------------------------------------------------------------------
+    def _ring(self, collective: str, size: float, shape: _Shape, protocol: str) -> CommChoice:
+        n = shape.n
+        steps, factor = _ring_steps(collective, n)
+        inter = steps * shape.nodes / n if shape.multi_node else 0.0  # ring edges that leave a node
+        bus = self._proto_gbps(min(shape.intra_gbps, shape.node_net_gbps), protocol, shape.multi_node)
+        pp = self.p.protocol(protocol)
+        lat_us = (pp.base_ring_us + (steps - inter) * self._hop_us(shape.intra_link, False, protocol)
+                  + inter * self._hop_us(shape.net_link, False, protocol))
+        piece = size if collective in ("broadcast", "reduce") else size / n
+        t = (self.p.launch_us + lat_us) * 1e-6 + factor * size / (bus * 1e9) + self._fill_s(pp.window_bytes, steps, piece, bus)
+        return CommChoice("ring", protocol, t)
+
+    def _tree(self, size: float, shape: _Shape, protocol: str) -> CommChoice:
+        """NCCL tree all-reduce: chain inside each node, double binary tree across nodes (reduce + broadcast)."""
+        k, m = shape.per_node, shape.nodes
+        chain = shape.intra_gbps if k > 1 else math.inf
+        net = shape.node_net_gbps * (2.0 if m == 2 else 1.0)  # a node of a 2-node tree forwards S, else 2S
+        bus = self._proto_gbps(min(chain, net) * self.p.tree_efficiency, protocol, True)
+        depth = (k - 1) + _log2_ceil(m)
+        lat_us = self.p.protocol(protocol).base_tree_us + 2 * (
+            (k - 1) * self._hop_us(shape.intra_link, True, protocol)
+            + _log2_ceil(m) * self._hop_us(shape.net_link, True, protocol))
+        fill = self._fill_s(self.p.protocol(protocol).window_bytes, 2 * depth, size, bus)
+        t = (self.p.launch_us + lat_us) * 1e-6 + size / (bus / 2 * 1e9) + fill
+        return CommChoice("tree", protocol, t)
+
+    def _nvls(self, size: float, shape: _Shape) -> CommChoice:
+        """NVLS all-reduce inside the node (NVLS-tree across nodes); Simple protocol only."""
+        algbw = shape.nvls_gbps
+        lat_us = self.p.nvls.hop_us
+        name = "nvls"
+        if shape.multi_node:
+            name = "nvls_tree"
+            algbw = min(algbw, shape.node_net_gbps * (1.0 if shape.nodes == 2 else 0.5) * self.p.tree_efficiency)
+            lat_us += 2 * _log2_ceil(shape.nodes) * self._hop_us(shape.net_link, True, "simple")
+        fill = self._fill_s(self.p.nvls.window_bytes, 2 * _log2_ceil(shape.nodes) + 1, size, algbw)
+        return CommChoice(name, "simple", (self.p.launch_us + lat_us) * 1e-6 + size / (algbw * 1e9) + fill)
+
+    def _p2p(self, size: float, transfer_s_at_simple: float, link: str) -> CommChoice:
+        """NCCL p2p: LL below the threshold (at LL's bandwidth factor), Simple above."""
+        q = self.p.p2p
+        protocol = "ll" if size <= q.ll_threshold_bytes and "ll" in self.protocols else "simple"
+        factor = self.p.protocol(protocol).bw_factor
+        lat_us = self.p.launch_us + q.base_us + self._hop_us(link, False, protocol)
+        return CommChoice("p2p", protocol, lat_us * 1e-6 + transfer_s_at_simple / (q.efficiency * factor))
+
+    def _send_recv(self, size: float, ranks: tuple[int, ...], shape: _Shape, concurrency: int) -> CommChoice:
+        """Pair exchange (two ranks) or ring shift (every rank sends `size` to the next at once)."""
+        gpn = self.cluster.gpus_per_node
+        pairs = [(ranks[0], ranks[1])] if len(ranks) == 2 else list(zip(ranks, ranks[1:] + ranks[:1], strict=True))
+        crossing = Counter(a // gpn for a, b in pairs if a // gpn != b // gpn)
+        gbps = shape.intra_gbps if len(crossing) < len(pairs) else math.inf
+        if crossing:
+            gbps = min(gbps, shape.rail_gbps, shape.node_net_gbps / max(crossing.values()))
+        if math.isinf(gbps):  # two ranks on one node whose level was not spanned cannot happen; guard anyway
+            gbps = shape.intra_gbps if not math.isinf(shape.intra_gbps) else shape.rail_gbps
+        link = shape.net_link if crossing else shape.intra_link
+        return self._p2p(size, size / (gbps * 1e9), link)
+
+    def _all_to_all(self, size: float, shape: _Shape) -> CommChoice:
+        """Every rank sends size/n to each peer: NVLink carries the on-node share, the NICs the rest."""
+        n, k = shape.n, shape.per_node
+        intra_s = size * (k - 1) / n / (shape.intra_gbps * 1e9) if k > 1 else 0.0
+        inter_s = k * size * (n - k) / n / (shape.node_net_gbps * 1e9) if shape.multi_node else 0.0
+        link = shape.net_link if shape.multi_node else shape.intra_link
+        return self._p2p(size, max(intra_s, inter_s), link)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hierarchical alpha-beta (the earlier model)
+# --------------------------------------------------------------------------------------------------
+
+COLLECTIVE_BASE_S = 5.0e-6  # NCCL kernel launch + proxy wake-up per collective
+DEFAULT_LINK_EFFICIENCY = {"nvlink": 0.78, "nvswitch": 0.78, "infiniband": 0.90, "ethernet": 0.85,
+                           "pcie": 0.85, "qpi": 0.85}
+
+
 @dataclass
 class HierarchicalAlphaBeta:
-    """Alpha-beta collectives over a multi-level topology (the two-level case included)."""
+    """Alpha-beta collectives over a multi-level topology (the two-level case included).
+
+    At each level i the group has a fan-out f_i; collectives run hierarchically and rail-parallel,
+    chunks pipeline across levels, so the bandwidth term is the slowest level's and latencies add:
+    all-reduce T = max_i 2 (f_i-1)/f_i * S_i / B_i + sum_i 2 (f_i-1) alpha_i; all-gather and
+    reduce-scatter half of that; B_i = level bandwidth x link efficiency; plus COLLECTIVE_BASE_S.
+    """
 
     cluster: Cluster
     link_efficiency: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LINK_EFFICIENCY))

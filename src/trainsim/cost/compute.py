@@ -25,6 +25,8 @@ from ..hardware.devices import Device
 from ..workload.ir import Op, OpKind
 from .calibration import ComputeParams, load_calibration
 
+_ELEM_SCALE = {"fp32": 2.0, "tf32": 2.0}
+
 
 class ComputeModel(Protocol):
     """How long one operator takes on one device (the small interface the engine relies on)."""
@@ -32,6 +34,8 @@ class ComputeModel(Protocol):
     def op_time(self, op: Op, local: Mapping[str, float], phase: str, device: Device, dtype: str) -> float: ...
 
     def memory_time(self, bytes_moved: float, device: Device) -> float: ...
+
+    def host_time(self, op: Op, phase: str) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -104,14 +108,16 @@ class RooflineCompute:
         bwd = phase == "bwd"
         flops = op.bwd_flops(local) if bwd else op.fwd_flops(local)
         bytes_ = (op.bwd_bytes(local) if bwd else op.fwd_bytes(local))
+        elem_scale = _ELEM_SCALE.get(dtype, 1.0)  # the IR counts 2-byte activations; fp32/tf32 runs move 4
+        bytes_ *= elem_scale
         if phase in ("dgrad", "wgrad"):  # one of the two backward GEMMs of a weighted op
-            flops, bytes_ = op.bwd_flops(local) / 2, op.bwd_bytes(local) / 2
+            flops, bytes_ = op.bwd_flops(local) / 2, op.bwd_bytes(local) / 2 * elem_scale
         hbm = device.hbm_gbps * 1e9 * self.hbm_efficiency
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             m, n, k, b = self._mnk(op, local)
             eff = self.gemm_efficiency(m, n, k, b, device)
             t = max(flops / (peak * eff), bytes_ / hbm)
-            kernels = 2 if bwd else 1
+            kernels = self.kernels(op, phase)
         elif op.kind == OpKind.ATTENTION:
             frac = self.params.flash_fraction_bwd if bwd else self.params.flash_fraction_fwd
             hw_flops = flops * (0.5 if op.causal else 1.0) * (1.25 if bwd else 1.0)  # bwd recomputes P
@@ -119,7 +125,7 @@ class RooflineCompute:
             kernels = 1
         elif op.kind == OpKind.EMBEDDING:
             # a gather reads only the looked-up rows (not the table) and writes the output
-            out = math.prod(local[d] for d in op.output) * op.bytes_per_elem
+            out = math.prod(local[d] for d in op.output) * op.bytes_per_elem * elem_scale
             t = (2.0 * out * (2.0 if bwd else 1.0)) / hbm
             kernels = 1
         else:
@@ -128,6 +134,16 @@ class RooflineCompute:
             t = max(bytes_ / hbm, flops / device.peak_flops("fp32"))
             kernels = 1
         return t + kernels * self.kernel_overhead_s
+
+    def kernels(self, op: Op, phase: str) -> int:
+        """CUDA kernels one op launches in a phase (a weighted op's backward is dgrad + wgrad)."""
+        if phase == "bwd" and op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
+            return 2
+        return 1
+
+    def host_time(self, op: Op, phase: str) -> float:
+        """Framework (CPU) time to issue the op's kernels: bounds throughput when kernels are tiny."""
+        return self.kernels(op, phase) * self.params.host_overhead_s
 
     def memory_time(self, bytes_moved: float, device: Device) -> float:
         return bytes_moved / (device.hbm_gbps * 1e9 * self.hbm_efficiency) + self.kernel_overhead_s

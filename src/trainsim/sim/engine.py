@@ -38,7 +38,27 @@ class SimTrace:
     memory_timeline: list[list[tuple[float, float]]] = field(default_factory=list)
 
 
-def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool = True) -> SimTrace:
+def _sync_points(graph: ExecutionGraph, n_classes: int) -> list[int]:
+    """For each compute task, the class's latest earlier pipeline send (Megatron syncs the host after p2p)."""
+    sync = [-1] * len(graph)
+    for c in range(n_classes):
+        sends = graph.queues.get((c, Stream.P2P), [])
+        comp = graph.queues.get((c, Stream.COMPUTE), [])
+        i, last = 0, -1
+        for t in sorted(comp):
+            while i < len(sends) and sends[i] < t:
+                last = sends[i]
+                i += 1
+            sync[t] = last
+    return sync
+
+
+def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool = True,
+        p2p_host_sync: bool = True) -> SimTrace:
+    """Simulate the graph. Compute tasks also wait for the framework (host) to issue them: the host
+    issues a class's compute stream in order, `host_s` per task, running ahead of the GPU except
+    that with `p2p_host_sync` it waits for pipeline sends/receives to finish (Megatron's
+    batch_p2p_sync), so tiny kernels and pipeline hand-offs become host-bound as in real runs."""
     n = len(graph)
     n_classes = len(graph.classes)
     deps = graph.deps
@@ -80,6 +100,12 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
             if p is None and category[t] not in _SLOWED:
                 frac = 0.0
             slow_rate[t] = 1.0 / (1.0 + gamma * frac)
+    host = graph.host_s
+    use_host = any(h > 0 for h in host)
+    host_path = graph.host_path_s
+    host_free = [0.0] * n_classes  # when each class's host has issued everything so far
+    issue_of = [0.0] * n
+    sync_on = _sync_points(graph, n_classes) if (use_host and p2p_host_sync) else [-1] * n
     heap: list[tuple[float, int, int, int]] = []
     seq = 0
 
@@ -105,6 +131,25 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         for q in tq[t]:
             if qbusy[q] or qlist[q][qhead[q]] != t:
                 return
+        issue = 0.0
+        if use_host and stream[t] == Stream.COMPUTE:
+            c0 = graph.participants[t][0]
+            issue = host_free[c0]
+            if p2p_host_sync:
+                sp = sync_on[t]
+                if sp >= 0:
+                    if math.isnan(end[sp]):
+                        return  # retried when the send ends
+                    issue = max(issue, end[sp])
+                for d in deps[t]:
+                    if stream[d] == Stream.P2P and end[d] > issue:
+                        issue = end[d]
+            if issue > now + 1e-12:
+                seq += 1
+                heapq.heappush(heap, (issue, seq, -1 - t, 0))
+                return
+            host_free[c0] = issue + host[t]
+            issue_of[t] = issue
         started[t] = True
         start[t] = now
         best, best_end = -1, -1.0
@@ -129,6 +174,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         if s == Stream.COMPUTE:
             c = graph.participants[t][0]
             rate = slow_rate[t] if grad_active[c] > 0 else 1.0
+            if use_host and issue_of[t] + host_path[t] - now > d:  # host-bound: kernels wait to be issued
+                d = issue_of[t] + host_path[t] - now
             run_task[c], run_left[c], run_since[c], run_rate[c] = t, d, now, rate
             finish_at = now + d / rate
         else:
@@ -147,6 +194,9 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     done = 0
     while heap:
         now, _, t, ver = heapq.heappop(heap)
+        if t < 0:  # a compute task whose host issue time has come
+            try_start(-1 - t, now)
+            continue
         if ver != version[t]:
             continue
         end[t] = now
@@ -174,6 +224,11 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         for q in tq[t]:
             if qhead[q] < len(qlist[q]):
                 try_start(qlist[q][qhead[q]], now)
+        if s == Stream.P2P and use_host:  # the host was blocked on this send: its compute may go on
+            for c in graph.participants[t]:
+                q = c * NS + Stream.COMPUTE
+                if qhead[q] < len(qlist[q]):
+                    try_start(qlist[q][qhead[q]], now)
     if done < n:
         stuck = next(t for t in range(n) if not started[t])
         raise SimulationError(

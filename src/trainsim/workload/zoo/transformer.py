@@ -16,6 +16,7 @@ from ..ir import Layer, Model, Module, Op, OpKind, SavedTensor
 
 NORM_FLOPS_PER_ELEM = 5.0  # mean, var, normalise, scale, shift
 SOFTMAX_FLOPS_PER_ELEM = 5.0
+LOSS_BYTES_PER_LOGIT = 30.0  # fp32 multi-pass cross-entropy (see _head)
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,11 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
         _norm("final_norm", cfg, b, s),
         Op("lm_head", OpKind.MATMUL, {"b": b, "s": s, "h": h, "v": v}, (("b", "s", "h"),), ("b", "s", "v"),
            weight=("v", "h"), saved=(SavedTensor("input", ("b", "s", "h")),)),
+        # Megatron's vocab-parallel cross-entropy upcasts the logits to fp32 and makes about five
+        # passes over them (cast, max, subtract, exp, sum; the backward: softmax - one-hot, scale,
+        # cast back): ~30 bytes per logit forward, twice that backward, not a single 2-byte read.
         Op("loss", OpKind.LOSS, {"b": b, "s": s, "v": v}, (("b", "s", "v"),), ("b", "s"),
-           flop_dims=("b", "s", "v"), flops_per_point=4.0,
+           flop_dims=("b", "s", "v"), flops_per_point=4.0, bytes_per_elem=LOSS_BYTES_PER_LOGIT / 2,
            saved=(SavedTensor("logits", ("b", "s", "v"), 4.0),), bwd_flops_factor=1.0),
     ]
     tied = cfg.tied_embeddings
