@@ -35,6 +35,11 @@ def simulate(
     model: Annotated[str | None, Opt(help="model name (trainsim models) or 'custom'")] = None,
     cluster: Annotated[str | None, Opt(help="cluster preset (trainsim clusters)")] = None,
     nodes: Annotated[int | None, Opt(help="number of nodes (default: what the degrees need)")] = None,
+    gpu: Annotated[str | None, Opt(help="replace the preset's GPU (e.g. h100-sxm)")] = None,
+    gpus_per_node: Annotated[int | None, Opt(help="GPUs per node (switch-based presets)")] = None,
+    intra_node_gbps: Annotated[float | None, Opt(help="NVLink GB/s per GPU per direction")] = None,
+    nics_per_node: Annotated[int | None, Opt(help="network NICs per node")] = None,
+    nic_gbps: Annotated[float | None, Opt(help="GB/s per NIC per direction (400 Gb/s = 50)")] = None,
     dp: Annotated[int | None, Opt(help="data-parallel degree (default: GPUs / (tp*pp*cp))")] = None,
     tp: Annotated[int | None, Opt(help="tensor-parallel degree (Megatron column/row)")] = None,
     pp: Annotated[int | None, Opt(help="pipeline-parallel degree")] = None,
@@ -62,6 +67,7 @@ def simulate(
     gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
     exact: Annotated[bool | None, Opt("--exact/--symmetric", help="simulate every rank (slow) or rank classes")] = None,
     granularity: Annotated[str | None, Opt(help="auto | layer | op (task granularity)")] = None,
+    calibration: Annotated[Path | None, Opt(help="calibration YAML from `trainsim calibrate`")] = None,
     json_out: Annotated[Path | None, Opt("--json", help="write the result summary as JSON")] = None,
     trace: Annotated[Path | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
     dump_config: Annotated[Path | None, Opt(help="write the resolved job as YAML")] = None,
@@ -71,12 +77,14 @@ def simulate(
     flags: dict[str, Any] = {
         "model": {"name": model, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
                   "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "attention": attention},
-        "cluster": {"name": cluster, "nodes": nodes},
+        "cluster": {"name": cluster, "nodes": nodes, "gpu": gpu, "gpus_per_node": gpus_per_node,
+                    "intra_node_gbps": intra_node_gbps, "nics_per_node": nics_per_node, "nic_gbps": nic_gbps},
         "strategy": {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "sequence_parallel": sp,
                      "zero": zero, "fsdp": fsdp, "recompute": recompute, "schedule": schedule,
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce},
-        "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity},
+        "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
+                       "calibration": str(calibration) if calibration else None},
     }
     job_flags = any(v is not None for sec in ("model", "cluster", "strategy") for v in flags[sec].values())
     if config is not None:

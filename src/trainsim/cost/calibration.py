@@ -30,7 +30,7 @@ class ComputeParams(_Strict):
     gemm_peak_fraction: float = Field(gt=0, le=1, description="large well-shaped GEMM throughput / dense peak")
     tile: int = Field(128, ge=16, description="output tile edge used for tile/wave quantisation")
     k_half: float = Field(64.0, ge=0, description="reduction length at which a GEMM runs at half speed")
-    small_mn_half: float = Field(0.0, ge=0, description="output rows at which a GEMM runs at half speed")
+    small_mn_half: float = Field(0.0, ge=0, description="output elements (m x n) at which a GEMM runs at half speed")
     flash_fraction_fwd: float = Field(gt=0, le=1)
     flash_fraction_bwd: float = Field(gt=0, le=1)
     hbm_efficiency: float = Field(gt=0, le=1, description="achievable / peak HBM bandwidth for streaming ops")

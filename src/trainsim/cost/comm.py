@@ -54,7 +54,8 @@ LINK_TYPES = MappingProxyType({
 
 
 class CommModel(Protocol):
-    def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float: ...
+    def time(self, collective: str, size_bytes: float, group: tuple[int, ...],
+             concurrency: int = 1) -> float: ...
 
 
 # --------------------------------------------------------------------------------------------------
@@ -101,17 +102,21 @@ class ProtocolParams(_Strict):
     bw_factor: float = Field(gt=0, le=1, description="bandwidth / Simple's bandwidth over the same links")
     max_busbw_single_node_gbps: float | None = Field(None, gt=0, description="per-GPU cap inside one node")
     max_busbw_multi_node_gbps: float | None = Field(None, gt=0, description="per-GPU cap across nodes")
-    window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight per pipeline step (fill cost)")
+    window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight per pipeline step (fill)")
     source: str = ""
 
 
 class NvlsParams(_Strict):
-    """NVLink SHARP (in-switch reduction) all-reduce."""
+    """NVLink SHARP (in-switch reduction) all-reduce.
+
+    Default efficiency 0.6: ~475 GB/s NVLS all-reduce busbw on H100 (alibaba SimAI's astra-sim
+    calbusbw.h H100_NVLS_BW) is 271 GB/s algbw on 8 GPUs, 0.6 of NVLink4's 450 GB/s per direction.
+    """
 
     device_families: tuple[str, ...] = ("h100", "h200", "b200")
     hop_us: float = Field(23.0, ge=0, description="NCCL hwLat[NVLINK][NVLS][Simple]")
     efficiency: float = Field(0.6, gt=0, le=1.5, description="all-reduce algbw / NVLink per-GPU bandwidth")
-    window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight before NVLS streams (fill cost)")
+    window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight before NVLS streams")
     source: str = ""
 
 
@@ -126,18 +131,22 @@ class P2PParams(_Strict):
 
 def _nccl_links() -> dict[str, LinkParams]:
     """NCCL tuning.cc hwLat (NCCL 2.19) per link type; efficiencies from NCCL topo.h link rates."""
-    nvl_ring, nvl_tree = PerProtocol(ll=0.6, ll128=1.9, simple=3.4), PerProtocol(ll=0.6, ll128=1.25, simple=28.0)
-    pci_ring, pci_tree = PerProtocol(ll=1.0, ll128=2.5, simple=5.7), PerProtocol(ll=1.0, ll128=1.9, simple=28.0)
-    net_ring, net_tree = PerProtocol(ll=2.7, ll128=4.0, simple=14.0), PerProtocol(ll=5.0, ll128=8.5, simple=28.0)
+    nvl_ring = PerProtocol(ll=0.6, ll128=1.9, simple=3.4)
+    nvl_tree = PerProtocol(ll=0.6, ll128=1.25, simple=28.0)
+    pci_ring = PerProtocol(ll=1.0, ll128=2.5, simple=5.7)
+    pci_tree = PerProtocol(ll=1.0, ll128=1.9, simple=28.0)
+    net_ring = PerProtocol(ll=2.7, ll128=4.0, simple=14.0)
+    net_tree = PerProtocol(ll=5.0, ll128=8.5, simple=28.0)
     no_ll128 = ("ll", "simple")
     return {
         "nvlink": LinkParams(efficiency=0.8, ring_hop_us=nvl_ring, tree_hop_us=nvl_tree,
-                             source="NCCL topo.h SM80_NVLINK_BW 20 GB/s per 25 GB/s link; tuning.cc hwLat NVLINK"),
+                             source="NCCL topo.h SM80_NVLINK_BW 20 GB/s of a 25 GB/s link; hwLat NVLINK"),
         "pcie": LinkParams(efficiency=1.0, ring_hop_us=pci_ring, tree_hop_us=pci_tree, protocols=no_ll128,
                            source="cluster PCIe/QPI levels already carry NCCL's effective rates; hwLat PCI"),
         "infiniband": LinkParams(efficiency=0.9, ring_hop_us=net_ring, tree_hop_us=net_tree,
                                  source="NCCL tuning.cc hwLat NET"),
-        "ethernet": LinkParams(efficiency=0.85, ring_hop_us=net_ring, tree_hop_us=net_tree, protocols=no_ll128,
+        "ethernet": LinkParams(efficiency=0.85, ring_hop_us=net_ring, tree_hop_us=net_tree,
+                               protocols=no_ll128,
                                source="NCCL tuning.cc hwLat NET; LL128 needs GPU-direct NICs"),
         "efa": LinkParams(efficiency=0.9, ring_hop_us=net_ring, tree_hop_us=net_tree, protocols=no_ll128,
                           source="NCCL tuning.cc hwLat NET; LL128 needs GPU-direct NICs"),
@@ -149,7 +158,7 @@ def _nccl_links() -> dict[str, LinkParams]:
 class CommParams(_Strict):
     """Every constant of `NcclComm` (the `comm:` section of the calibration file)."""
 
-    launch_us: float = Field(0.0, ge=0, description="kernel launch + start per collective, on top of NCCL's model")
+    launch_us: float = Field(0.0, ge=0, description="kernel launch + start per call, beyond NCCL's model")
     tree_efficiency: float = Field(0.92, gt=0, le=1, description="NCCL tuning.cc: tree busBw *= .92")
     links: dict[str, LinkParams] = Field(default_factory=_nccl_links)
     ll: ProtocolParams = ProtocolParams(base_ring_us=6.6, base_tree_us=6.8, bw_factor=0.25,
@@ -278,7 +287,7 @@ class NcclComm:
             return CommChoice("none", "none", 0.0)
         shape = self._shape(ranks, max(1, int(concurrency)))
         if collective == "send_recv":
-            return self._send_recv(size_bytes, ranks, shape, concurrency)
+            return self._send_recv(size_bytes, ranks, shape)
         if collective == "all_to_all":
             return self._all_to_all(size_bytes, shape)
         options = [self._ring(collective, size_bytes, shape, p) for p in self._protocols(shape)]
@@ -291,35 +300,52 @@ class NcclComm:
 
     # -- group layout --------------------------------------------------------------------------
     def _shape(self, ranks: tuple[int, ...], concurrency: int) -> _Shape:
-        cl, p = self.cluster, self.p
-        gpn = cl.gpus_per_node
+        cl = self.cluster
         for r in ranks:
             if not 0 <= r < cl.world_size:
                 raise ValueError(f"rank {r} out of range for world size {cl.world_size}")
-        per_node_counts = Counter(r // gpn for r in ranks)
-        nodes, per_node = len(per_node_counts), max(per_node_counts.values())
-        gpu_share = max(1.0, concurrency * per_node / gpn)  # groups stacked on the same GPUs share their links
-        intra_link, intra_gbps, nvls_gbps = "nvlink", math.inf, 0.0
-        span, local = 1, [r % gpn for r in ranks]
-        for level in cl.intra_node_levels:
-            below = len({r // span for r in local})
+        by_node: dict[int, list[int]] = {}
+        for r in ranks:
+            by_node.setdefault(r // cl.gpus_per_node, []).append(r % cl.gpus_per_node)
+        per_node = max(len(v) for v in by_node.values())
+        gpu_share = max(1.0, concurrency * per_node / cl.gpus_per_node)  # groups stacked on the same GPUs
+        intra_link, intra_gbps, nvls_gbps = self._intra(list(by_node.values()), gpu_share)
+        net_link, node_net, rail = self._network(len(by_node), per_node, concurrency, gpu_share)
+        return _Shape(len(ranks), len(by_node), per_node, intra_link, intra_gbps, net_link, node_net, rail,
+                      nvls_gbps)
+
+    def _intra(self, locals_by_node: list[list[int]], gpu_share: float) -> tuple[str, float, float]:
+        """(link type, per-GPU GB/s) of the slowest intra-node level the group spans, and NVLS GB/s."""
+        link, gbps, nvls = "nvlink", math.inf, 0.0
+        span = 1
+        for level in self.cluster.intra_node_levels:
+            fans_out = any(len({r // span for r in loc}) > len({r // (span * level.size) for r in loc})
+                           for loc in locals_by_node)
             span *= level.size
-            if len({r // span for r in local}) < below:  # the group fans out over this level
-                kind = _link_type(level, False)
-                gbps = level.bandwidth_gbps * p.link(kind).efficiency / gpu_share
-                if gbps < intra_gbps:
-                    intra_link, intra_gbps = kind, gbps
-                if self._nvls_capable:
-                    nvls_gbps = level.bandwidth_gbps * p.nvls.efficiency / gpu_share
-        net_link, node_net, rail = "infiniband", math.inf, math.inf
-        net = cl.network_level
-        if nodes > 1 and net is not None:
-            net_link = _link_type(net, True)
-            eff = p.link(net_link).efficiency
-            rail_raw = cl.nic_gbps * max(1.0, cl.nics_per_node / gpn)
-            rail = rail_raw * eff / gpu_share
-            node_net = min(per_node * rail_raw / gpu_share, cl.nics_per_node * cl.nic_gbps / concurrency) * eff
-        return _Shape(len(ranks), nodes, per_node, intra_link, intra_gbps, net_link, node_net, rail, nvls_gbps)
+            if not fans_out:
+                continue
+            kind = _link_type(level, False)
+            level_gbps = level.bandwidth_gbps * self.p.link(kind).efficiency / gpu_share
+            if level_gbps < gbps:
+                link, gbps = kind, level_gbps
+            if self._nvls_capable:
+                nvls = level.bandwidth_gbps * self.p.nvls.efficiency / gpu_share
+        return link, gbps, nvls
+
+    def _network(self, nodes: int, per_node: int, concurrency: int,
+                 gpu_share: float) -> tuple[str, float, float]:
+        """(link type, this group's GB/s per node, GB/s of one rank's rail NIC) across nodes; inf within one.
+
+        Each GPU reaches the network through its own rail NIC (NICs shared when there are fewer NICs
+        than GPUs); the node's NICs are shared by the `concurrency` groups running at once."""
+        cl, net = self.cluster, self.cluster.network_level
+        if nodes <= 1 or net is None:
+            return "infiniband", math.inf, math.inf
+        kind = _link_type(net, True)
+        eff = self.p.link(kind).efficiency
+        rail_gbps = cl.nic_gbps * max(1.0, cl.nics_per_node / cl.gpus_per_node)
+        node_gbps = min(per_node * rail_gbps / gpu_share, cl.nics_per_node * cl.nic_gbps / concurrency)
+        return kind, node_gbps * eff, rail_gbps * eff / gpu_share
 
     def _protocols(self, shape: _Shape) -> list[str]:
         """Protocols every link the group uses supports, within the NCCL_PROTO-like restriction."""
@@ -351,11 +377,12 @@ class NcclComm:
         lat_us = (pp.base_ring_us + (steps - inter) * self._hop_us(shape.intra_link, False, protocol)
                   + inter * self._hop_us(shape.net_link, False, protocol))
         piece = size if collective in ("broadcast", "reduce") else size / n
-        t = (self.p.launch_us + lat_us) * 1e-6 + factor * size / (bus * 1e9) + self._fill_s(pp.window_bytes, steps, piece, bus)
+        fill = self._fill_s(pp.window_bytes, steps, piece, bus)
+        t = (self.p.launch_us + lat_us) * 1e-6 + factor * size / (bus * 1e9) + fill
         return CommChoice("ring", protocol, t)
 
     def _tree(self, size: float, shape: _Shape, protocol: str) -> CommChoice:
-        """NCCL tree all-reduce: chain inside each node, double binary tree across nodes (reduce + broadcast)."""
+        """NCCL tree all-reduce: a chain inside each node, a double binary tree across nodes."""
         k, m = shape.per_node, shape.nodes
         chain = shape.intra_gbps if k > 1 else math.inf
         net = shape.node_net_gbps * (2.0 if m == 2 else 1.0)  # a node of a 2-node tree forwards S, else 2S
@@ -375,29 +402,32 @@ class NcclComm:
         name = "nvls"
         if shape.multi_node:
             name = "nvls_tree"
-            algbw = min(algbw, shape.node_net_gbps * (1.0 if shape.nodes == 2 else 0.5) * self.p.tree_efficiency)
+            net_gbps = shape.node_net_gbps * (1.0 if shape.nodes == 2 else 0.5) * self.p.tree_efficiency
+            algbw = min(algbw, net_gbps)
             lat_us += 2 * _log2_ceil(shape.nodes) * self._hop_us(shape.net_link, True, "simple")
         fill = self._fill_s(self.p.nvls.window_bytes, 2 * _log2_ceil(shape.nodes) + 1, size, algbw)
         return CommChoice(name, "simple", (self.p.launch_us + lat_us) * 1e-6 + size / (algbw * 1e9) + fill)
 
     def _p2p(self, size: float, transfer_s_at_simple: float, link: str) -> CommChoice:
-        """NCCL p2p: LL below the threshold (at LL's bandwidth factor), Simple above."""
+        """NCCL p2p: Simple, or LL (at LL's bandwidth factor) up to NCCL_P2P_LL_THRESHOLD where faster."""
         q = self.p.p2p
-        protocol = "ll" if size <= q.ll_threshold_bytes and "ll" in self.protocols else "simple"
-        factor = self.p.protocol(protocol).bw_factor
-        lat_us = self.p.launch_us + q.base_us + self._hop_us(link, False, protocol)
-        return CommChoice("p2p", protocol, lat_us * 1e-6 + transfer_s_at_simple / (q.efficiency * factor))
+        protocols = ["simple"]
+        if size <= q.ll_threshold_bytes and "ll" in self.protocols:
+            protocols.append("ll")
+        options = [CommChoice("p2p", pr, (self.p.launch_us + q.base_us + self._hop_us(link, False, pr)) * 1e-6
+                              + transfer_s_at_simple / (q.efficiency * self.p.protocol(pr).bw_factor))
+                   for pr in protocols]
+        return min(options, key=lambda o: o.time_s)
 
-    def _send_recv(self, size: float, ranks: tuple[int, ...], shape: _Shape, concurrency: int) -> CommChoice:
-        """Pair exchange (two ranks) or ring shift (every rank sends `size` to the next at once)."""
+    def _send_recv(self, size: float, ranks: tuple[int, ...], shape: _Shape) -> CommChoice:
+        """First rank to second (two ranks) or a ring shift (every rank sends `size` to the next at once)."""
         gpn = self.cluster.gpus_per_node
-        pairs = [(ranks[0], ranks[1])] if len(ranks) == 2 else list(zip(ranks, ranks[1:] + ranks[:1], strict=True))
+        nxt = ranks[1:] + ranks[:1]
+        pairs = [(ranks[0], ranks[1])] if len(ranks) == 2 else list(zip(ranks, nxt, strict=True))
         crossing = Counter(a // gpn for a, b in pairs if a // gpn != b // gpn)
         gbps = shape.intra_gbps if len(crossing) < len(pairs) else math.inf
-        if crossing:
+        if crossing:  # each crossing sender uses its rail; senders of one node share the node's NICs
             gbps = min(gbps, shape.rail_gbps, shape.node_net_gbps / max(crossing.values()))
-        if math.isinf(gbps):  # two ranks on one node whose level was not spanned cannot happen; guard anyway
-            gbps = shape.intra_gbps if not math.isinf(shape.intra_gbps) else shape.rail_gbps
         link = shape.net_link if crossing else shape.intra_link
         return self._p2p(size, size / (gbps * 1e9), link)
 

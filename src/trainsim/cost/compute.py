@@ -72,7 +72,9 @@ class RooflineCompute:
         wave_eff = tiles / (waves * device.sms)
         tile_eff = (m * n) / (math.ceil(max(m, 1) / self.tile) * self.tile * math.ceil(max(n, 1) / self.tile) * self.tile)
         k_eff = k / (k + self.k_half)
-        return self.gemm_peak_fraction * wave_eff * min(1.0, tile_eff) * k_eff
+        half = self.params.small_mn_half  # small outputs cannot amortise prologue/epilogue and launch ramp
+        size_eff = (m * n) / (m * n + half) if half > 0 else 1.0
+        return self.gemm_peak_fraction * wave_eff * min(1.0, tile_eff) * k_eff * size_eff
 
     def _mnk(self, op: Op, local: Mapping[str, float]) -> tuple[float, float, float, float]:
         """Map an einsum op to GEMM (M, N, K, batch) by its weight/output/reduction dims."""

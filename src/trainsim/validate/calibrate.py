@@ -25,6 +25,7 @@ from .runner import run_rows
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_peak_fraction": (0.3, 1.0),
     "k_half": (1.0, 1024.0),
+    "small_mn_half": (1e3, 1e8),
     "flash_fraction_fwd": (0.2, 1.0),
     "flash_fraction_bwd": (0.2, 1.0),
     "hbm_efficiency": (0.3, 1.0),

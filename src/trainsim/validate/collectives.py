@@ -21,12 +21,11 @@ from .cases import Outcome, skip
 REQUIRED_COLUMNS = ("source_id", "gpu", "n_gpus", "n_nodes", "gpus_per_node", "collective", "size_bytes",
                     "time_us")
 _PRESETS = {"a100": ("dgx-a100", "a100-80gb"), "h100": ("dgx-h100", "h100-sxm")}
-_COLLECTIVES = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
-                "allgather": "all_gather", "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
-                "alltoall": "all_to_all", "all_to_all": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
-                "sendrecv": "send_recv", "send_recv": "send_recv"}
-_FABRICS = (("tcpx", "tcpxo"), ("efa", "efa"), ("roce", "roce"), ("ib", "infiniband"), ("infiniband", "infiniband"),
-            ("ethernet", "ethernet"))
+_COLLECTIVES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+                "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
+                "sendrecv": "send_recv"}
+_FABRICS = {"efa": "efa", "roce": "roce", "ib": "infiniband", "infiniband": "infiniband",
+            "ethernet": "ethernet"}
 
 
 def parse_fabric(text: str) -> tuple[str, int | None, float | None] | None:
@@ -37,8 +36,7 @@ def parse_fabric(text: str) -> tuple[str, int | None, float | None] | None:
     if t in ("", "-", "unknown", "not stated"):
         return None
     words = re.findall(r"[a-z]+", t)
-    kind = next((k for key, k in _FABRICS if key in words or (key == "tcpx" and any("tcpx" in w for w in words))),
-                "infiniband")
+    kind = "tcpxo" if "tcpx" in t else next((_FABRICS[w] for w in words if w in _FABRICS), "infiniband")
     m = re.search(r"(\d+)\s*x\s*(\d+(?:\.\d+)?)\s*g", t)
     if m:
         return kind, int(m.group(1)), float(m.group(2)) / 8.0
@@ -57,23 +55,20 @@ def row_cluster(row: dict[str, str]) -> tuple[Cluster, dict[str, str]] | str:
         n, nodes, gpn = (int(row[k]) for k in ("n_gpus", "n_nodes", "gpus_per_node"))
     except ValueError as exc:
         return f"unreadable GPU counts: {exc}"
-    if n != nodes * gpn or n < 1:
+    if nodes < 1 or gpn < 1 or n != nodes * gpn:
         return f"n_gpus {n} != n_nodes {nodes} x gpus_per_node {gpn}"
     base = get_cluster(preset[0], nodes)
+    fabric = parse_fabric(row.get("inter_fabric", "")) or ("infiniband", None, None)
+    nics = fabric[1] or max(1, base.nics_per_node * gpn // base.gpus_per_node)  # preset: one NIC per GPU
+    nic_gbps, kind = fabric[2] or base.nic_gbps, fabric[0]
     tags: dict[str, str] = {}
-    fabric = parse_fabric(row.get("inter_fabric", ""))
-    nics = base.nics_per_node * gpn // base.gpus_per_node  # preset: one NIC per GPU
-    nic_gbps, kind = base.nic_gbps, "infiniband"
-    if fabric is None:
-        if nodes > 1:
-            tags["network"] = f"not stated: preset {preset[0]} ({nics}x {nic_gbps:g} GB/s NICs per node)"
-    else:
-        kind = fabric[0]
-        if fabric[1] is None or fabric[2] is None:
-            tags["network"] = f"partly stated: preset NIC count/speed where missing ({nics}x {nic_gbps:g} GB/s)"
-        nics = fabric[1] or nics
-        nic_gbps = fabric[2] or nic_gbps
-    cluster = base.customised(device=get_device(preset[1]), gpus_per_node=gpn, nics_per_node=nics, nic_gbps=nic_gbps)
+    if nodes > 1 and "assum" in row.get("inter_fabric", "").lower():
+        tags["network"] = f"as assumed by the dataset: '{row['inter_fabric']}'"
+    if nodes > 1 and (fabric[1] is None or fabric[2] is None):
+        tags["network"] = (f"not stated in full ('{row.get('inter_fabric', '')}'): {preset[0]} preset NICs "
+                           f"fill the gaps, {nics}x {nic_gbps:g} GB/s {kind} per node")
+    cluster = base.customised(device=get_device(preset[1]), gpus_per_node=gpn, nics_per_node=nics,
+                              nic_gbps=nic_gbps)
     net = cluster.network_level
     if net is not None and kind != net.name:
         cluster = replace(cluster, levels=(*cluster.levels[:-1], replace(net, name=kind)))
@@ -88,7 +83,7 @@ def _forced(text: str, key: str) -> tuple[str, ...] | None:
 
 def _row_outcome(i: int, row: dict[str, str], calibration: Calibration) -> Outcome:
     sid = row.get("source_id", "").strip() or f"row{i}"
-    coll = _COLLECTIVES.get(row.get("collective", "").strip().lower())
+    coll = _COLLECTIVES.get(row.get("collective", "").strip().lower().replace("_", ""))
     case_id = f"{sid}-{row.get('collective', '?')}-{row.get('n_gpus', '?')}gpu-{row.get('size_bytes', '?')}B"
     if coll is None:
         return skip(i, case_id, f"collective '{row.get('collective')}' is not modelled", source=sid)
