@@ -5,17 +5,25 @@
 NCCL could run gets a predicted time and the fastest wins,
 
   time = launch + baseLat[algo][proto] + sum over the hops of hwLat[link][algo][proto]
-         + bytes over the bottleneck / (link bandwidth x protocol efficiency) + Simple pipeline fill
+         + bytes over the bottleneck / (link bandwidth x protocol efficiency) + pipeline fill
 
 Algorithms: ring (every collective; a ring across nodes sends the same bytes out of every node
 as out of every rank, so it is bounded by each node's NICs, i.e. by each rank's rail NIC), tree
 (all-reduce across nodes: a chain inside each node, NCCL's double binary tree across nodes),
 NVLS (in-switch all-reduce, NVSwitch gen3+ only: H100/H200/B200 nodes) and NVLS-tree (NVLS inside
 the node, tree across nodes). Protocols: LL (8-byte flag+data stores: lowest latency, 1/4 of the
-bandwidth, capped per GPU), LL128 (128-byte lines: ~0.92 of the bandwidth, NVLink only), Simple
+bandwidth, capped per GPU), LL128 (128-byte lines: most of the bandwidth, over NVLink), Simple
 (full bandwidth, highest latency; data moves in chunks, so a pipeline of `nsteps` hops must fill
-before it streams). Point-to-point traffic (send/recv, all-to-all) uses NCCL's p2p path: LL
-below NCCL_P2P_LL_THRESHOLD, Simple above.
+before it streams: steps x min(window, bytes per rank) / bandwidth, NVLS likewise). Point-to-point
+traffic (send/recv, all-to-all) uses NCCL's p2p path: Simple, or LL up to NCCL_P2P_LL_THRESHOLD.
+Which link types allow which protocols, and every constant, come from `CommParams` (the `comm:`
+section of the calibration file).
+
+Bandwidths: NVLink per GPU (the cluster's intra-node level x the link efficiency); across nodes
+each GPU reaches the network through its own rail NIC (NICs shared where a node has fewer NICs
+than GPUs) and a group's ranks on one node share that node's NICs. `concurrency` = how many groups
+of this shape run at once on disjoint ranks: they divide each node's NICs, and a GPU's own links
+only when the groups outnumber the GPUs (stacked on the same GPUs).
 
 Sizes follow nccl-tests (and trainsim's compiler): all-reduce / broadcast / reduce = buffer,
 all-gather = gathered output per rank, reduce-scatter = input per rank, all-to-all = send buffer
@@ -38,6 +46,7 @@ from typing import Any, NamedTuple, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..hardware.cluster import Cluster, Level
+from .calibration import device_family, load_calibration
 
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                                 "reduce", "send_recv")
@@ -250,8 +259,6 @@ class NcclComm:
 
     def __post_init__(self) -> None:
         if self.params is None:
-            from .calibration import load_calibration
-
             self.params = CommParams.model_validate(load_calibration().comm)
         elif isinstance(self.params, dict):
             self.params = CommParams.model_validate(self.params)
@@ -266,8 +273,6 @@ class NcclComm:
 
     @cached_property
     def _nvls_capable(self) -> bool:
-        from .calibration import device_family
-
         intra = self.cluster.intra_node_levels
         return (len(intra) == 1 and intra[0].kind == "switch" and _link_type(intra[0], False) == "nvlink"
                 and device_family(self.cluster.device) in self.p.nvls.device_families)
