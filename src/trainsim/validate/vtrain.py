@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .cases import Outcome, skip
+from .cases import Outcome
 
 REQUIRED_COLUMNS = ("# GPUs", "global batch", "micro batch", "hidden size", "attention heads", "# layers",
                     "sequence length", "tensor parallelism", "data parallelism", "pipeline parallelism",
@@ -60,4 +60,4 @@ def outcome(row_index: int, row: dict[str, str], job: dict[str, Any], iteration_
                    gb / measured_s)
 
 
-__all__ = ["REQUIRED_COLUMNS", "outcome", "padded_vocab", "row_job", "skip"]
+__all__ = ["REQUIRED_COLUMNS", "outcome", "padded_vocab", "row_job"]
