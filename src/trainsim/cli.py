@@ -140,7 +140,7 @@ def validate(
     """Compare predictions with published measurements, row by row, and summarise the error."""
     from rich.progress import Progress
 
-    from .report.validation import plot_validation, print_validation
+    from .validate.report import plot_validation, print_validation
     from .validate.runner import default_jobs, detect_kind, filter_rows, read_rows, run_rows
 
     if max_mape is not None and max_mape < 0:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ConfigError
-from ..validate.runner import ValidationReport
+from .runner import ValidationReport
 
 MAX_ROWS_PRINTED = 60
 
