@@ -46,35 +46,17 @@ class RooflineCompute:
 
     params: ComputeParams = field(default_factory=lambda: load_calibration().compute["default"])
 
-    @property
-    def gemm_peak_fraction(self) -> float:
-        return self.params.gemm_peak_fraction
-
-    @property
-    def tile(self) -> int:
-        return self.params.tile
-
-    @property
-    def k_half(self) -> float:
-        return self.params.k_half
-
-    @property
-    def kernel_overhead_s(self) -> float:
-        return self.params.kernel_overhead_s
-
-    @property
-    def hbm_efficiency(self) -> float:
-        return self.params.hbm_efficiency
-
     def gemm_efficiency(self, m: float, n: float, k: float, batch: float, device: Device) -> float:
-        tiles = math.ceil(max(m, 1) / self.tile) * math.ceil(max(n, 1) / self.tile) * max(1, math.ceil(batch))
+        p = self.params
+        tiles_m, tiles_n = math.ceil(max(m, 1) / p.tile), math.ceil(max(n, 1) / p.tile)
+        tiles = tiles_m * tiles_n * max(1, math.ceil(batch))
         waves = math.ceil(tiles / device.sms)
         wave_eff = tiles / (waves * device.sms)
-        tile_eff = (m * n) / (math.ceil(max(m, 1) / self.tile) * self.tile * math.ceil(max(n, 1) / self.tile) * self.tile)
-        k_eff = k / (k + self.k_half)
-        half = self.params.small_mn_half  # small outputs cannot amortise prologue/epilogue and launch ramp
+        tile_eff = (m * n) / (tiles_m * p.tile * tiles_n * p.tile)
+        k_eff = k / (k + p.k_half)
+        half = p.small_mn_half  # small outputs cannot amortise prologue/epilogue and launch ramp
         size_eff = (m * n) / (m * n + half) if half > 0 else 1.0
-        return self.gemm_peak_fraction * wave_eff * min(1.0, tile_eff) * k_eff * size_eff
+        return p.gemm_peak_fraction * wave_eff * min(1.0, tile_eff) * k_eff * size_eff
 
     def _mnk(self, op: Op, local: Mapping[str, float]) -> tuple[float, float, float, float]:
         """Map an einsum op to GEMM (M, N, K, batch) by its weight/output/reduction dims."""
@@ -114,7 +96,7 @@ class RooflineCompute:
         bytes_ *= elem_scale
         if phase in ("dgrad", "wgrad"):  # one of the two backward GEMMs of a weighted op
             flops, bytes_ = op.bwd_flops(local) / 2, op.bwd_bytes(local) / 2 * elem_scale
-        hbm = device.hbm_gbps * 1e9 * self.hbm_efficiency
+        hbm = device.hbm_gbps * 1e9 * self.params.hbm_efficiency
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             m, n, k, b = self._mnk(op, local)
             eff = self.gemm_efficiency(m, n, k, b, device)
@@ -135,7 +117,7 @@ class RooflineCompute:
             # fp32 CUDA-core FLOPs bound them only when arithmetic intensity is high
             t = max(bytes_ / hbm, flops / device.peak_flops("fp32"))
             kernels = 1
-        return t + kernels * self.kernel_overhead_s
+        return t + kernels * self.params.kernel_overhead_s
 
     def kernels(self, op: Op, phase: str) -> int:
         """CUDA kernels one op launches in a phase (a weighted op's backward is dgrad + wgrad)."""
@@ -148,4 +130,4 @@ class RooflineCompute:
         return self.kernels(op, phase) * self.params.host_overhead_s
 
     def memory_time(self, bytes_moved: float, device: Device) -> float:
-        return bytes_moved / (device.hbm_gbps * 1e9 * self.hbm_efficiency) + self.kernel_overhead_s
+        return bytes_moved / (device.hbm_gbps * 1e9 * self.params.hbm_efficiency) + self.params.kernel_overhead_s

@@ -113,40 +113,27 @@ def detect_kind(header: list[str]) -> str:
                       "ground_truth_*.csv or collectives.csv (see shared/validation/README.md)")
 
 
-def _simulate_training_row(args: tuple[int, dict[str, str], str | None]) -> Outcome:
+def _simulate_row(args: tuple[str, int, dict[str, str], str | None]) -> Outcome:
+    """Simulate one training_runs or vTrain row (a worker-process entry point)."""
     from ..api import simulate
-    from . import training_runs
+    from . import training_runs, vtrain
 
-    i, row, calibration = args
+    kind, i, row, calibration = args
     case_id = row.get("case_id") or f"row{i}"
-    rj = training_runs.row_job(row)
-    if isinstance(rj, str):
-        return skip(i, case_id, rj)
-    if calibration:
-        rj.job["simulation"]["calibration"] = calibration
-    try:
-        res = simulate(rj.job)
-    except ConfigError as exc:
-        return skip(i, case_id, f"not expressible: {exc.one_line()}")
-    if res.oom:
-        rj.assumptions["oom"] = "trainsim predicts out-of-memory for this configuration"
-    return training_runs.outcome(i, row, rj, res.iteration_time_s, res.hw_flops, float(res.model_params))
-
-
-def _simulate_vtrain_row(args: tuple[int, dict[str, str], str | None]) -> Outcome:
-    from ..api import simulate
-    from . import vtrain
-
-    i, row, calibration = args
-    job = vtrain.row_job(row)
-    if isinstance(job, str):
-        return skip(i, f"row{i}", job)
+    built = training_runs.row_job(row) if kind == "training_runs" else vtrain.row_job(row)
+    if isinstance(built, str):
+        return skip(i, case_id, built)
+    job = built.job if isinstance(built, training_runs.RowJob) else built
     if calibration:
         job["simulation"]["calibration"] = calibration
     try:
         res = simulate(job)
     except ConfigError as exc:
-        return skip(i, f"row{i}", f"not expressible: {exc.one_line()}")
+        return skip(i, case_id, f"not expressible: {exc.one_line()}")
+    if isinstance(built, training_runs.RowJob):
+        if res.oom:
+            built.assumptions["oom"] = "trainsim predicts out-of-memory for this configuration"
+        return training_runs.outcome(i, row, built, res.iteration_time_s, res.hw_flops, float(res.model_params))
     return vtrain.outcome(i, row, job, res.iteration_time_s)
 
 
@@ -164,8 +151,8 @@ def run_rows(kind: str, rows: list[dict[str, str]], calibration: str | None = No
         if progress:
             progress(len(rows))
         return ValidationReport(kind, outs, ranking_groups(outs))
-    fn = _simulate_training_row if kind == "training_runs" else _simulate_vtrain_row
-    args = [(i, r, calibration) for i, r in zip(idx, rows, strict=True)]
+    fn = _simulate_row
+    args = [(kind, i, r, calibration) for i, r in zip(idx, rows, strict=True)]
     outcomes: list[Outcome] = []
     if jobs <= 1 or len(args) < 8:
         for a in args:
