@@ -14,7 +14,7 @@ from .compile.program import lower
 from .config import DEFAULT_JOB, JobConfig, parse_job
 from .cost.annotate import annotate, optimizer_time
 from .cost.calibration import load_calibration
-from .cost.comm import HierarchicalAlphaBeta
+from .cost.comm import NcclComm
 from .cost.compute import RooflineCompute
 from .cost.memory import RUNTIME_RESERVED_BYTES, static_memory
 from .errors import ConfigError
@@ -95,7 +95,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
     return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.sequence_parallel,
                         zero=3 if s.fsdp else s.zero, recompute=s.recompute,
                         schedule="interleaved" if s.vpp > 1 else s.schedule, micro_batch=s.micro_batch,
-                        global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce)
+                        global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
+                        overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap)
 
 
 def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
@@ -170,7 +171,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
     program = lower(tree, precision)
     cal = load_calibration(job.simulation.calibration)
     cparams = cal.compute_for(cl.device)
-    compute, comm = RooflineCompute(cparams), HierarchicalAlphaBeta(cl)
+    compute, comm = RooflineCompute(cparams), NcclComm(cl, cal.comm or None)
     annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s)
     by_rank: dict[int, list] = defaultdict(list)
     for ch in program.chunks:

@@ -55,6 +55,12 @@ def simulate(
     global_batch: Annotated[int | None, Opt(help="global batch (sequences/samples per iteration)")] = None,
     overlap_grad_reduce: Annotated[bool | None, Opt("--overlap-grad-reduce/--no-overlap-grad-reduce",
                                                     help="overlap DP gradient sync with backward")] = None,
+    overlap_param_gather: Annotated[bool | None, Opt("--overlap-param-gather/--no-overlap-param-gather",
+                                                     help="ZeRO/distributed-optimizer parameter all-gather "
+                                                          "overlapped with the next forward")] = None,
+    tp_comm_overlap: Annotated[bool | None, Opt("--tp-comm-overlap/--no-tp-comm-overlap",
+                                                help="TP all-gather/reduce-scatter pipelined with the GEMMs "
+                                                     "they feed (Megatron --tp-comm-overlap)")] = None,
     seq_len: Annotated[int | None, Opt(help="sequence length (tokens)")] = None,
     layers: Annotated[int | None, Opt(help="override/define number of layers")] = None,
     hidden: Annotated[int | None, Opt(help="override/define hidden size")] = None,
@@ -82,7 +88,8 @@ def simulate(
         "strategy": {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "sequence_parallel": sp,
                      "zero": zero, "fsdp": fsdp, "recompute": recompute, "schedule": schedule,
                      "micro_batch": micro_batch, "global_batch": global_batch,
-                     "overlap_grad_reduce": overlap_grad_reduce},
+                     "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
+                     "tp_comm_overlap": tp_comm_overlap},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
                        "calibration": str(calibration) if calibration else None},
     }

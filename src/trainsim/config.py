@@ -52,6 +52,8 @@ class StrategySpec(_Strict):
     micro_batch: int = Field(1, ge=1)
     global_batch: int | None = Field(None, ge=1)
     overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = Field(False, description="ZeRO parameter all-gather hidden behind the next forward")
+    tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with their GEMMs (TE userbuffers)")
 
 
 class SimulationSpec(_Strict):

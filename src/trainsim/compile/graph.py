@@ -256,6 +256,19 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             grad_tasks[cid].append(t)
 
     reps = range(mesh.world_size) if exact else [mesh.rank({"pp": s}) for s in range(pp)]
+    # --overlap-param-gather: the ZeRO parameter all-gather of the previous step runs under this
+    # step's first forward (steady state); the first forward of each chunk waits for it to finish
+    param_gather: dict[tuple[int, int], list[int]] = defaultdict(list)
+    if tree.overlap_param_gather:
+        for rank in reps:
+            cid = cls_of(rank)
+            r = mesh.coords(rank)["pp"]
+            for vc in range(v):
+                ch = chunks[vc * pp + r]
+                for s in ch.post_step:
+                    param_gather[(cid, ch.chunk)].append(
+                        collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [], 0,
+                                        ("post", ch.chunk, s.label, s.axes)))
     for rank in reps:
         cid = cls_of(rank)
         r = mesh.coords(rank)["pp"]
@@ -286,6 +299,9 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 ids.append(t)
                 if anchors and sp.grad_bucket:
                     grad_sync(ch, cid, rank, t, sp.grad_bucket)
+            if ph == "F" and mb == 0 and param_gather.get((cid, c)):
+                ids.append(g.add(f"F0 c{c} wait for parameter all-gather", "compute", Stream.COMPUTE, "dp", 0.0,
+                                 (cid,), [ids[-1], *param_gather[(cid, c)]], mb))
             first_last[(cid, c, ph, mb)] = (ids[0], ids[-1])
             if ph == "B":
                 last_b[cid] = ids[-1]
@@ -341,7 +357,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         deps = [last_b[cid], *grad_tasks[cid]]
         opt = g.add("optimizer step", "compute", Stream.COMPUTE, "optimizer", (optimizer_s or {}).get(r, 0.0),
                     (cid,), deps)
-        for vc in range(v):
+        for vc in range(v if not tree.overlap_param_gather else 0):
             ch = chunks[vc * pp + r]
             for s in ch.post_step:
                 collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [opt], -1,

@@ -6,6 +6,7 @@ import math
 
 from ..compile.program import Program, Step
 from ..hardware.cluster import Cluster
+from ..workload.ir import OpKind
 from .comm import CommModel
 from .compute import ComputeModel
 
@@ -50,6 +51,9 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
                 # which grows with the group like a tree of waits (log2 of the group size)
                 n = len(mesh.group_ranks(s.axes, stage_rank))
                 s.host_s = collective_host_s * math.log2(n) if n > 1 else 0.0
+        if program.tree.tp_comm_overlap and mesh.tp > 1:
+            _overlap_tp_comm(ch.fwd, mesh.tp)
+            _overlap_tp_comm(ch.bwd, mesh.tp)
         if ch.chunk < n - 1:
             nxt = mesh.rank({"pp": (ch.pp_rank + 1) % mesh.pp})
             ch.send_fwd_s = comm.time("send_recv", ch.send_fwd_bytes, (stage_rank, nxt))
@@ -60,6 +64,31 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     if len(emb) >= 2 and emb[0].pp_rank != emb[-1].pp_rank:
         a, b = mesh.rank({"pp": emb[0].pp_rank}), mesh.rank({"pp": emb[-1].pp_rank})
         program.embedding_sync_s = comm.time("all_reduce", emb[0].embedding_grad_bytes, (a, b))
+
+
+def _overlap_tp_comm(steps: list[Step], tp: int) -> None:
+    """Megatron --tp-comm-overlap (Transformer Engine userbuffers): a sequence-parallel all-gather
+    feeding a GEMM, or a reduce-scatter of a GEMM's output, is split into `tp` chunks pipelined with
+    the GEMM's chunks, so only max(0, comm - gemm) plus one chunk of the shorter side stays exposed.
+    The collective keeps its place in the chain and carries just that exposed time."""
+    for i, s in enumerate(steps):
+        if (s.kind != "collective" or s.category != "tp" or s.deps is not None
+                or s.collective not in ("all_gather", "reduce_scatter")):
+            continue
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        prv = steps[i - 1] if i > 0 else None
+        if nxt is not None and _is_gemm(nxt) and (nxt.deps is None or i in nxt.deps):
+            gemm = nxt
+        elif prv is not None and _is_gemm(prv):
+            gemm = prv
+        else:
+            continue
+        comm, g = s.duration_s, gemm.duration_s
+        s.duration_s = max(0.0, comm - g) + min(comm, g) / tp
+
+
+def _is_gemm(step: Step) -> bool:
+    return step.kind == "compute" and step.op is not None and step.op.kind == OpKind.MATMUL
 
 
 def optimizer_time(params_local: float, cluster: Cluster, compute: ComputeModel) -> float:

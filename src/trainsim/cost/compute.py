@@ -54,8 +54,9 @@ class RooflineCompute:
         wave_eff = tiles / (waves * device.sms)
         tile_eff = (m * n) / (tiles_m * p.tile * tiles_n * p.tile)
         k_eff = k / (k + p.k_half)
+        out = m * n * max(1.0, batch)  # a batched GEMM is one kernel: its tiles fill the GPU together
         half = p.small_mn_half  # small outputs cannot amortise prologue/epilogue and launch ramp
-        size_eff = (m * n) / (m * n + half) if half > 0 else 1.0
+        size_eff = out / (out + half) if half > 0 else 1.0
         return p.gemm_peak_fraction * wave_eff * min(1.0, tile_eff) * k_eff * size_eff
 
     def _mnk(self, op: Op, local: Mapping[str, float]) -> tuple[float, float, float, float]:

@@ -25,4 +25,8 @@ class Precision:
             return cls("fp32", 4.0, 4.0, 8.0, 4.0)
         if dtype == "tf32":
             return cls("tf32", 4.0, 4.0, 8.0, 4.0)
+        if dtype == "bf16":
+            # bf16 needs fp32 gradient accumulation and reduction: Megatron forces
+            # accumulate_allreduce_grads_in_fp32 for bf16 (docs/distrib_optimizer: 2 + 4 + 12 B/param)
+            return cls("bf16", 2.0, 4.0, 12.0, 2.0)
         return cls(dtype)

@@ -37,6 +37,8 @@ class ParallelSpec:
     micro_batch: int = 1
     global_batch: int = 1
     overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
 
 
 def _require(cond: bool, field: str, problem: str, fix: str) -> None:
@@ -175,6 +177,8 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree = StrategyTree.from_model(model, mesh, p.global_batch, p.micro_batch)
     tree.zero_stage = p.zero
     tree.overlap_grad_reduce = p.overlap_grad_reduce
+    tree.overlap_param_gather = p.overlap_param_gather
+    tree.tp_comm_overlap = p.tp_comm_overlap
     m = p.global_batch // (p.micro_batch * p.dp)
     kind = "interleaved" if p.vpp > 1 else p.schedule
     tree.root.schedule = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp)

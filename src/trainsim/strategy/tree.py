@@ -87,6 +87,8 @@ class StrategyTree:
     global_batch: int
     micro_batch: int
     overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = False  # ZeRO-1/2 parameter all-gather runs under the next forward
+    tp_comm_overlap: bool = False  # TP collectives pipelined with the GEMM they feed or follow
     zero_stage: int = 0
 
     @classmethod

@@ -171,6 +171,11 @@ def row_job(row: dict[str, str]) -> RowJob | str:
         strategy["sequence_parallel"] = True
         notes["sequence_parallel"] = "not stated: on with TP (required by --tp-comm-overlap)"
     strategy["recompute"] = _recompute(row.get("recompute") or "", notes)
+    other = (row.get("other_settings") or "").lower()
+    if "--overlap-param-gather" in other and strategy.get("zero"):
+        strategy["overlap_param_gather"] = True
+    if "--tp-comm-overlap" in other and tp > 1 and strategy.get("sequence_parallel"):
+        strategy["tp_comm_overlap"] = True
     mb = _int(row, "micro_batch")
     if mb is None:
         ga = _int(row, "grad_accum")
