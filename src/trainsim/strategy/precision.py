@@ -10,7 +10,8 @@ class Precision:
     """Mixed-precision Adam as in ZeRO (Rajbhandari et al. 2020, section 3.1): 2 + 2 + 12 bytes/param.
 
     param_bytes: working (fp16/bf16) weights; grad_bytes: gradients as reduced; optimizer_bytes:
-    fp32 master weights + Adam momentum + variance (K = 12 in the ZeRO paper).
+    fp32 master weights + Adam momentum + variance (K = 12 in the ZeRO paper). `named("bf16")`
+    keeps gradients in fp32 (2 + 4 + 12) as Megatron does; the bare constructor is the ZeRO case.
     """
 
     compute_dtype: str = "bf16"
