@@ -199,3 +199,25 @@ def test_bad_csv_is_refused(tmp_path: Path) -> None:
     other.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="unrecognised"):
         load_measurements(other)
+
+
+def test_a_second_dtype_gets_its_own_peak_fraction(base: ComputeParams) -> None:
+    # fp16 rows at 0.7 of the fp16 peak, fp32 (SGEMM) rows at 0.9 of the fp32 peak: the shared shape terms
+    # come from the fp16 rows, the fp32 rows only set dtype_gemm_fraction["fp32"]
+    truth = base.model_copy(update={"gemm_peak_fraction": 0.7, "dtype_gemm_fraction": {"fp32": 0.9}})
+    rows = _synthetic_gemm_rows(truth, "fp16") + _synthetic_gemm_rows(truth, "fp32")[:4]
+    fitted, report = fit_compute_params(base, rows, [], [], A100)
+    assert fitted.gemm_peak_fraction == pytest.approx(0.7, rel=0.03)
+    assert fitted.dtype_gemm_fraction["fp32"] == pytest.approx(0.9, rel=0.03)
+    assert report["dtype_gemm_fraction"]["fp32"]["status"].startswith("fitted")
+    # a fraction only prices its own dtype
+    fp16_row = {**rows[0], "dtype": "fp16"}
+    assert predict_gemm(fitted, fp16_row, A100) == pytest.approx(predict_gemm(
+        fitted.model_copy(update={"dtype_gemm_fraction": {}}), fp16_row, A100))
+
+
+def test_too_few_rows_of_a_dtype_keep_the_shared_fraction(base: ComputeParams) -> None:
+    rows = _synthetic_gemm_rows(base, "fp16") + _synthetic_gemm_rows(base, "tf32")[:2]
+    fitted, report = fit_compute_params(base, rows, [], [], A100)
+    assert "tf32" not in fitted.dtype_gemm_fraction
+    assert report["dtype_gemm_fraction"]["tf32"]["status"].startswith("kept")

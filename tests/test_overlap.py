@@ -121,3 +121,57 @@ def test_training_row_reads_the_overlap_flags() -> None:
     rj = row_job(row)
     assert not isinstance(rj, str)
     assert "overlap_param_gather" not in rj.job["strategy"] and "tp_comm_overlap" not in rj.job["strategy"]
+
+
+# --- Megatron's fused scale-mask-softmax and its PyTorch fallback -----------------------------------
+
+def test_softmax_rows_per_block_follow_the_kernel() -> None:
+    from trainsim.cost.compute import softmax_batch_per_block
+
+    # 128-thread blocks; warps of min(next_pow2(sk), 32) threads; 2 rows per warp up to 128 columns
+    assert softmax_batch_per_block(1024) == 4  # 4 warps x 1 row
+    assert softmax_batch_per_block(2048) == 4
+    assert softmax_batch_per_block(128) == 8  # 4 warps x 2 rows
+    assert softmax_batch_per_block(100) == 8  # next_pow2 = 128
+    assert softmax_batch_per_block(16) == 16  # 8 warps of 16 threads x 2 rows
+
+
+def test_fused_softmax_availability() -> None:
+    from trainsim.cost.compute import fused_softmax_available
+
+    def shape(b: int, a: int, s: int) -> dict[str, float]:
+        return {"b": b, "a": a, "s": s, "t": s}
+
+    assert fused_softmax_available(shape(1, 16, 1024), causal=True)
+    assert not fused_softmax_available(shape(1, 2, 1024), causal=True)  # GPT 16 heads / TP8, micro-batch 1
+    assert fused_softmax_available(shape(2, 2, 1024), causal=True)
+    assert not fused_softmax_available(shape(2, 3, 1024), causal=True)  # 6 rows: not a multiple of 4
+    assert not fused_softmax_available(shape(4, 16, 8192), causal=True)  # sk > 4096
+    assert not fused_softmax_available(shape(4, 16, 16), causal=True)  # sk <= 16
+    # padding mask (BERT): sq must be a multiple of the rows per block instead
+    assert fused_softmax_available(shape(1, 4, 128), causal=False)
+    assert not fused_softmax_available(shape(1, 4, 100), causal=False)  # 8 rows per block (sk <= 128); 100 % 8 != 0
+
+
+def test_softmax_fallback_costs_five_kernels_and_fp32_traffic() -> None:
+    from trainsim.cost.calibration import load_calibration
+    from trainsim.cost.compute import RooflineCompute
+    from trainsim.workload.ir import Op, OpKind
+
+    dev = get_device("a100-80gb")
+    params = load_calibration().compute["a100"]
+    model = RooflineCompute(params)
+    op = Op("softmax", OpKind.SOFTMAX, {"b": 8, "a": 16, "s": 1024, "t": 1024}, (("b", "a", "s", "t"),),
+            ("b", "a", "s", "t"), flops_per_point=5.0, causal=True)
+    fused = {"b": 8, "a": 4, "s": 1024, "t": 1024}
+    fallback = {"b": 1, "a": 2, "s": 1024, "t": 1024}
+    hbm = dev.hbm_gbps * 1e9 * params.hbm_efficiency
+    n = 1024 * 1024
+    k = params.kernel_overhead_s
+    # fused: read 2 B + write 2 B per score forward; fallback: 36 B in five kernels
+    assert model.op_time(op, fused, "fwd", dev, "fp16") == pytest.approx(8 * 4 * n * 4.0 / hbm + k)
+    assert model.op_time(op, fallback, "fwd", dev, "fp16") == pytest.approx(2 * n * 36.0 / hbm + 5 * k)
+    assert model.op_time(op, fallback, "bwd", dev, "fp16") == pytest.approx(2 * n * 40.0 / hbm + 5 * k)
+    assert model.host_time(op, "fwd", fallback) == pytest.approx(5 * params.host_overhead_s)
+    assert model.host_time(op, "fwd", fused) == pytest.approx(params.host_overhead_s)
+    assert model.host_time(op, "fwd") == pytest.approx(params.host_overhead_s)  # no shape: the fused kernel

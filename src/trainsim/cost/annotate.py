@@ -45,7 +45,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
         for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
             s.duration_s = cost(s, stage_rank)
             if s.kind == "compute" and s.op is not None:
-                s.host_s = compute.host_time(s.op, s.phase)
+                s.host_s = compute.host_time(s.op, s.phase, s.local)
             elif s.kind == "collective" and s.axes:
                 # issuing a collective costs framework time plus the launch skew of its members,
                 # which grows with the group like a tree of waits (log2 of the group size)

@@ -28,6 +28,10 @@ class ComputeParams(_Strict):
     """Compute-model constants of one device family (see cost/compute.py for how each is used)."""
 
     gemm_peak_fraction: float = Field(gt=0, le=1, description="large well-shaped GEMM throughput / dense peak")
+    dtype_gemm_fraction: dict[str, float] = Field(
+        default_factory=dict,
+        description="gemm_peak_fraction for a dtype whose kernels reach a different share of that dtype's peak "
+                    "(fp32 SIMT SGEMM, tf32), fitted from that dtype's GEMM rows")
     tile: int = Field(128, ge=16, description="output tile edge used for tile/wave quantisation")
     k_half: float = Field(64.0, ge=0, description="reduction length at which a GEMM runs at half speed")
     small_mn_half: float = Field(0.0, ge=0, description="output elements (m x n) at which a GEMM runs at half speed")

@@ -9,7 +9,10 @@ Efficiency of a contraction (GEMM, convolution, batched matmul) is the product o
   * a small-reduction penalty K / (K + K_HALF): short inner dimensions cannot hide the
     prologue/epilogue of each tile.
 This follows NVIDIA's "Matrix Multiplication Background User's Guide" (tile and wave quantisation)
-and is the structure the accuracy issue calibrates per device family. Fused flash attention runs
+and is the structure the accuracy issue calibrates per device family; a dtype whose kernels reach a
+different share of their own peak (fp32 SGEMM on CUDA cores, tf32, fp8) has its own peak fraction.
+Megatron's unfused attention uses its fused scale-mask-softmax kernel only where that kernel takes the
+per-rank shape; elsewhere PyTorch's five-kernel fp32 softmax runs. Fused flash attention runs
 at FLASH_FRACTION of peak (FlashAttention-2 reports 50-73% of A100 peak forward, lower backward;
 Dao 2023, section 4.1) and skips the masked half under causal masking.
 """
@@ -26,6 +29,34 @@ from ..workload.ir import Op, OpKind
 from .calibration import ComputeParams, load_calibration
 
 _ELEM_SCALE = {"fp32": 2.0, "tf32": 2.0}
+# Megatron's softmax when its fused kernel cannot take the shape (FusedScaleMaskSoftmax.
+# forward_torch_softmax, softmax in fp32): cast to fp32, scale, masked_fill_, softmax, cast back.
+# HBM bytes per score element: 6 + 8 + 8 + 8 + 6 forward; backward runs the same five kernels
+# (cast 6, softmax-backward 12, mask 8, scale 8, cast 6). The fused kernel moves 4 and 6 bytes
+# (the IR's 4 and 8 are kept for it).
+_UNFUSED_SOFTMAX = {"fwd": (5, 36.0 / 4.0), "bwd": (5, 40.0 / 8.0)}
+
+
+def softmax_batch_per_block(sk: int) -> int:
+    """Rows of the score matrix one 128-thread block of Megatron's fused softmax kernel handles
+    (scaled_masked_softmax.h get_batch_per_block: warps of min(next_pow2(sk), 32) threads, two
+    rows per warp when next_pow2(sk) <= 128)."""
+    pow2 = 1 << max(0, math.ceil(math.log2(max(sk, 1))))
+    warp = min(pow2, 32)
+    return (128 // warp) * (2 if pow2 <= 128 else 1)
+
+
+def fused_softmax_available(local: Mapping[str, float], causal: bool) -> bool:
+    """Megatron's FusedScaleMaskSoftmax.is_kernel_available on the per-rank shape (b, a, s, t):
+    16 < sk <= 4096, sq and sk multiples of 4, b x heads a multiple of 4 and of the rows per
+    block (causal) or sq a multiple of them (padding mask). Otherwise PyTorch's softmax runs."""
+    b, a = int(local.get("b", 1)), int(local.get("a", 1))
+    sq, sk = int(local.get("s", 1)), int(local.get("t", 1))
+    batches = b * a
+    if not (16 < sk <= 4096 and sq % 4 == 0 and sk % 4 == 0 and batches % 4 == 0):
+        return False
+    per_block = softmax_batch_per_block(sk)
+    return batches % per_block == 0 if causal else sq % per_block == 0
 
 
 class ComputeModel(Protocol):
@@ -35,7 +66,7 @@ class ComputeModel(Protocol):
 
     def memory_time(self, bytes_moved: float, device: Device) -> float: ...
 
-    def host_time(self, op: Op, phase: str) -> float: ...
+    def host_time(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -46,8 +77,10 @@ class RooflineCompute:
 
     params: ComputeParams = field(default_factory=lambda: load_calibration().compute["default"])
 
-    def gemm_efficiency(self, m: float, n: float, k: float, batch: float, device: Device) -> float:
+    def gemm_efficiency(self, m: float, n: float, k: float, batch: float, device: Device,
+                        dtype: str | None = None) -> float:
         p = self.params
+        peak_fraction = p.dtype_gemm_fraction.get(dtype, p.gemm_peak_fraction) if dtype else p.gemm_peak_fraction
         tiles_m, tiles_n = math.ceil(max(m, 1) / p.tile), math.ceil(max(n, 1) / p.tile)
         tiles = tiles_m * tiles_n * max(1, math.ceil(batch))
         waves = math.ceil(tiles / device.sms)
@@ -57,7 +90,7 @@ class RooflineCompute:
         out = m * n * max(1.0, batch)  # a batched GEMM is one kernel: its tiles fill the GPU together
         half = p.small_mn_half  # small outputs cannot amortise prologue/epilogue and launch ramp
         size_eff = out / (out + half) if half > 0 else 1.0
-        return p.gemm_peak_fraction * wave_eff * min(1.0, tile_eff) * k_eff * size_eff
+        return peak_fraction * wave_eff * min(1.0, tile_eff) * k_eff * size_eff
 
     def _mnk(self, op: Op, local: Mapping[str, float]) -> tuple[float, float, float, float]:
         """Map an einsum op to GEMM (M, N, K, batch) by its weight/output/reduction dims."""
@@ -100,7 +133,7 @@ class RooflineCompute:
         hbm = device.hbm_gbps * 1e9 * self.params.hbm_efficiency
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             m, n, k, b = self._mnk(op, local)
-            eff = self.gemm_efficiency(m, n, k, b, device)
+            eff = self.gemm_efficiency(m, n, k, b, device, dtype)
             t = max(flops / (peak * eff), bytes_ / hbm)
             kernels = self.kernels(op, phase)
         elif op.kind == OpKind.ATTENTION:
@@ -116,19 +149,24 @@ class RooflineCompute:
         else:
             # elementwise / norm / softmax / pool / loss / routing: memory-bound streaming kernels;
             # fp32 CUDA-core FLOPs bound them only when arithmetic intensity is high
+            kernels = self.kernels(op, phase, local)
+            if kernels > 1:  # Megatron's softmax fell back to PyTorch's kernels
+                bytes_ *= _UNFUSED_SOFTMAX["bwd" if bwd else "fwd"][1]
             t = max(bytes_ / hbm, flops / device.peak_flops("fp32"))
-            kernels = 1
         return t + kernels * self.params.kernel_overhead_s
 
-    def kernels(self, op: Op, phase: str) -> int:
-        """CUDA kernels one op launches in a phase (a weighted op's backward is dgrad + wgrad)."""
+    def kernels(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> int:
+        """CUDA kernels one op launches in a phase (a weighted op's backward is dgrad + wgrad; a
+        softmax whose shape Megatron's fused kernel rejects runs five PyTorch kernels)."""
         if phase == "bwd" and op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             return 2
+        if op.kind == OpKind.SOFTMAX and local is not None and not fused_softmax_available(local, op.causal):
+            return _UNFUSED_SOFTMAX["bwd" if phase == "bwd" else "fwd"][0]
         return 1
 
-    def host_time(self, op: Op, phase: str) -> float:
+    def host_time(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> float:
         """Framework (CPU) time to issue the op's kernels: bounds throughput when kernels are tiny."""
-        return self.kernels(op, phase) * self.params.host_overhead_s
+        return self.kernels(op, phase, local) * self.params.host_overhead_s
 
     def memory_time(self, bytes_moved: float, device: Device) -> float:
         return bytes_moved / (device.hbm_gbps * 1e9 * self.params.hbm_efficiency) + self.params.kernel_overhead_s

@@ -54,6 +54,7 @@ _ALIGN_ELEMS = {"fp32": 4, "tf32": 4, "fp16": 8, "bf16": 8, "fp8": 16}  # 16-byt
 
 DEFAULT_GEMM_DTYPES = ("fp16", "bf16")
 MIN_SENSITIVITY = 0.05  # |change of log time| when a parameter moves from x/2 to 2x
+MIN_DTYPE_ROWS = 3  # rows of one non-training dtype needed to give it its own GEMM peak fraction
 MIN_TIME_S = 20e-6  # shorter measurements mix in launch/dispatch overhead the fitted parameters do not describe
 _BOUNDS = {"gemm_peak_fraction": (0.2, 1.0), "k_half": (0.0, 4096.0), "small_mn_half": (0.0, 8192.0),
            "flash_fraction_fwd": (0.05, 1.0), "flash_fraction_bwd": (0.05, 1.0), "hbm_efficiency": (0.3, 1.0)}
@@ -531,6 +532,8 @@ def fit_compute_params(base: ComputeParams, gemm_rows: Iterable[Mapping[str, Any
         status["flash_fraction_bwd"] = "no data: kept at base value"
     params = _fit_block(params, names, used_attn, predict_attention, status)
 
+    params, dtype_fit = _fit_dtype_fractions(params, gemm, wanted, exclude_misaligned, too_short)
+
     fitted_names = ["gemm_peak_fraction", "k_half", "small_mn_half", "flash_fraction_fwd", "flash_fraction_bwd",
                     "hbm_efficiency"]
     dtype_bias: dict[str, dict[str, float]] = {}
@@ -559,8 +562,36 @@ def fit_compute_params(base: ComputeParams, gemm_rows: Iterable[Mapping[str, Any
         "attention_impls": sorted(chosen),
         "gemm_dtypes": None if wanted is None else sorted(wanted),
         "gemm_dtype_bias_after": dtype_bias,
+        "dtype_gemm_fraction": dtype_fit,
     }
     return params, report
+
+
+def _fit_dtype_fractions(params: ComputeParams, gemm: Sequence[dict[str, Any]], wanted: Collection[str] | None,
+                         exclude_misaligned: bool, too_short: Callable[[Mapping[str, Any]], str]
+                         ) -> tuple[ComputeParams, dict[str, Any]]:
+    """A dtype outside the fitted ones (fp32 SIMT SGEMM, tf32) gets its own peak fraction when it has
+    MIN_DTYPE_ROWS usable rows: the shape terms stay shared, only the share of that dtype's peak differs.
+    Fixed point of f <- f x geomean(predicted / measured), which is exact for compute-bound rows."""
+    out: dict[str, Any] = {}
+    fractions = dict(params.dtype_gemm_fraction)
+    for dt in sorted({r["dtype"] for r in gemm if not r["_skip"]} - set(wanted or ())):
+        rows = [r for r in gemm if not r["_skip"] and r["dtype"] == dt
+                and not (exclude_misaligned and _misaligned(r)) and not too_short(r)]
+        if wanted is None or len(rows) < MIN_DTYPE_ROWS:
+            out[dt] = {"n": len(rows), "status": f"kept: {len(rows)} usable row(s) < {MIN_DTYPE_ROWS}"}
+            continue
+        frac = fractions.get(dt, params.gemm_peak_fraction)
+        for _ in range(8):
+            trial = params.model_copy(update={"dtype_gemm_fraction": {**fractions, dt: frac}})
+            ratio = float(np.exp(np.mean([math.log(predict_gemm(trial, r, r["_device"]) / r["_measured"])
+                                          for r in rows])))
+            frac = min(1.0, frac * ratio)
+        fractions[dt] = round(frac, 4)
+        out[dt] = {"n": len(rows), "status": f"fitted: {fractions[dt]}"}
+        for r in rows:
+            r["_used"], r["_reason"] = True, f"fits dtype_gemm_fraction[{dt}]"
+    return params.model_copy(update={"dtype_gemm_fraction": fractions}), out
 
 
 def _family_of(row: Mapping[str, Any]) -> str | None:
