@@ -59,6 +59,11 @@ def fused_softmax_available(local: Mapping[str, float], causal: bool) -> bool:
     return batches % per_block == 0 if causal else sq % per_block == 0
 
 
+def _torch_softmax(op: Op, local: Mapping[str, float] | None) -> bool:
+    """A softmax op whose per-rank shape sends Megatron to PyTorch's kernels (no shape: fused)."""
+    return op.kind == OpKind.SOFTMAX and local is not None and not fused_softmax_available(local, op.causal)
+
+
 class ComputeModel(Protocol):
     """How long one operator takes on one device (the small interface the engine relies on)."""
 
@@ -150,7 +155,7 @@ class RooflineCompute:
             # elementwise / norm / softmax / pool / loss / routing: memory-bound streaming kernels;
             # fp32 CUDA-core FLOPs bound them only when arithmetic intensity is high
             kernels = self.kernels(op, phase, local)
-            if kernels > 1:  # Megatron's softmax fell back to PyTorch's kernels
+            if _torch_softmax(op, local):
                 bytes_ *= _UNFUSED_SOFTMAX["bwd" if bwd else "fwd"][1]
             t = max(bytes_ / hbm, flops / device.peak_flops("fp32"))
         return t + kernels * self.params.kernel_overhead_s
@@ -160,7 +165,7 @@ class RooflineCompute:
         softmax whose shape Megatron's fused kernel rejects runs five PyTorch kernels)."""
         if phase == "bwd" and op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             return 2
-        if op.kind == OpKind.SOFTMAX and local is not None and not fused_softmax_available(local, op.causal):
+        if _torch_softmax(op, local):
             return _UNFUSED_SOFTMAX["bwd" if phase == "bwd" else "fwd"][0]
         return 1
 

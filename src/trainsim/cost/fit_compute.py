@@ -574,11 +574,13 @@ def _fit_dtype_fractions(params: ComputeParams, gemm: Sequence[dict[str, Any]], 
     MIN_DTYPE_ROWS usable rows: the shape terms stay shared, only the share of that dtype's peak differs.
     Fixed point of f <- f x geomean(predicted / measured), which is exact for compute-bound rows."""
     out: dict[str, Any] = {}
+    if wanted is None:  # every dtype went into the shared fit
+        return params, out
     fractions = dict(params.dtype_gemm_fraction)
-    for dt in sorted({r["dtype"] for r in gemm if not r["_skip"]} - set(wanted or ())):
+    for dt in sorted({r["dtype"] for r in gemm if not r["_skip"]} - set(wanted)):
         rows = [r for r in gemm if not r["_skip"] and r["dtype"] == dt
                 and not (exclude_misaligned and _misaligned(r)) and not too_short(r)]
-        if wanted is None or len(rows) < MIN_DTYPE_ROWS:
+        if len(rows) < MIN_DTYPE_ROWS:
             out[dt] = {"n": len(rows), "status": f"kept: {len(rows)} usable row(s) < {MIN_DTYPE_ROWS}"}
             continue
         frac = fractions.get(dt, params.gemm_peak_fraction)
