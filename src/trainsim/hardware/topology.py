@@ -3,7 +3,7 @@
 `Ring(4)_FC(2)_Switch(8)` stacks building blocks innermost first, one per dimension (ASTRA-sim 2.0,
 section IV-A): `Ring(k)`, `FullyConnected(k)` (also `FC(k)`) and `Switch(k)`. Each dimension gets its
 own bandwidth (GB/s per NPU, one direction) and latency (ns per hop), given as comma lists in the same
-order, as `trainsim collective --bandwidth --latency` and ASTRA-sim's network configs take them.
+order, as ASTRA-sim's network configs take them.
 """
 
 from __future__ import annotations
