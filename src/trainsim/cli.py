@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -229,6 +230,125 @@ def calibrate(
         con.print(f"mean |log error| {res.loss_before:.4f} -> {res.loss_after:.4f}")
     _write_atomic(out, dump_calibration(cal))
     con.print(f"wrote {out}; use it with --calibration {out}")
+
+
+def _floats(text: str | None, flag: str) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(flag, f"'{text}' is not a comma list of numbers", f"write e.g. {flag} 1000,200,100,50") from None
+
+
+@app.command()
+def collective(
+    op: Annotated[str, Opt(help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | reduce | "
+                                "send_recv")] = "all_reduce",
+    size: Annotated[str, Opt("--bytes", help="message size, nccl-tests convention: all-reduce/broadcast/reduce = "
+                             "the buffer, all-gather = the gathered OUTPUT per rank, reduce-scatter = the INPUT per "
+                             "rank, all-to-all = the send buffer per rank, send_recv = bytes sent; "
+                             "1073741824, 1GiB, 64MiB, 500MB")] = "1GiB",
+    topology: Annotated[str | None, Opt(help="ASTRA-sim notation, innermost first, e.g. "
+                                        "'Ring(2)_FC(8)_Ring(8)_Switch(4)', or a preset (conv-4d, wafer-2d, "
+                                        "tpuv4-3d-torus, dgx-a100, ...)")] = None,
+    bandwidth: Annotated[str | None, Opt(help="GB/s per NPU per direction, one per dimension: 1000,200,100,50")] = None,
+    latency: Annotated[str | None, Opt(help="ns per hop, one per dimension: 500,500,500,500")] = None,
+    bandwidth_unit: Annotated[str, Opt(help="GB (1e9 B/s) or GiB (2^30 B/s, what ASTRA-sim's configs mean by "
+                                            "GB/s)")] = "GB",
+    scheduler: Annotated[str, Opt(help="baseline | themis (analytical model)")] = "baseline",
+    chunks: Annotated[int, Opt(help="chunks the collective is split into for pipelining (analytical model)")] = 64,
+    algorithms: Annotated[str | None, Opt(help="per-dimension algorithm override: ring, direct, halving_doubling, "
+                                          "double_binary_tree, in_switch (switch only), e.g. ring,direct,in_switch")
+                          ] = None,
+    cluster: Annotated[str | None, Opt(help="cluster preset instead of --topology (NCCL-like by default)")] = None,
+    ranks: Annotated[int | None, Opt(help="with --cluster: how many GPUs take part (the first N)")] = None,
+    comm_model: Annotated[str | None, Opt("--model", help="nccl (default with --cluster) or analytical (default "
+                                         "with --topology)")] = None,
+    peer: Annotated[int, Opt(help="send_recv: the receiving rank (the sender is rank 0)")] = 1,
+    json_out: Annotated[Path | None, Opt("--json", help="write time_us, algbw_gbps, busbw_gbps, per_dim")] = None,
+) -> None:
+    """Time one collective on a topology or cluster (nccl-tests style): time, algbw, busbw, per dimension."""
+    from .cost.microbench import analytical_collective, nccl_collective, parse_bytes
+    from .cost.multidim import COLLECTIVES, SCHEDULERS
+    from .hardware.cluster import get_cluster
+    from .hardware.topology import GIB_PER_S_IN_GBPS, resolve_topology
+
+    if op not in COLLECTIVES:
+        raise ConfigError("--op", f"'{op}' is not a collective", f"use one of {', '.join(COLLECTIVES)}")
+    if scheduler not in SCHEDULERS:
+        raise ConfigError("--scheduler", f"'{scheduler}' is unknown", f"use one of {', '.join(SCHEDULERS)}")
+    if bandwidth_unit.lower() not in ("gb", "gib"):
+        raise ConfigError("--bandwidth-unit", f"'{bandwidth_unit}' is unknown", "use GB or GiB")
+    if (topology is None) == (cluster is None):
+        raise ConfigError("--topology", "give exactly one of --topology or --cluster",
+                          "e.g. --topology 'Ring(4)_Switch(8)' --bandwidth 200,50 --latency 500,500")
+    if comm_model not in (None, "nccl", "analytical"):
+        raise ConfigError("--model", f"'{comm_model}' is unknown", "use nccl or analytical")
+    if chunks < 1:
+        raise ConfigError("--chunks", f"{chunks} is not a chunk count", "use 1 or more")
+    try:
+        size_bytes = parse_bytes(size)
+    except ValueError as exc:
+        raise ConfigError("--bytes", str(exc).removeprefix(f"--bytes '{size}' "), "") from None
+    bw = _floats(bandwidth, "--bandwidth")
+    if bw is not None and bandwidth_unit.lower() == "gib":
+        bw = [b * GIB_PER_S_IN_GBPS for b in bw]
+    lat = _floats(latency, "--latency")
+    model = comm_model or ("nccl" if cluster else "analytical")
+    if model == "nccl":
+        if cluster is None or ranks is None:
+            raise ConfigError("--model", "the NCCL-like model needs --cluster NAME --ranks N",
+                              "or use --model analytical with --topology")
+        if ranks < 2:
+            raise ConfigError("--ranks", f"{ranks} rank(s) need no collective", "use 2 or more")
+        try:
+            base = get_cluster(cluster)
+            nodes = max(1, math.ceil(ranks / base.gpus_per_node))
+            cl = base.with_nodes(nodes) if base.has_network else base
+        except (KeyError, ValueError) as exc:
+            raise ConfigError("--cluster", str(exc).strip("'\""), "see `trainsim clusters`") from None
+        if ranks > cl.world_size or not 0 <= peer < cl.world_size:
+            raise ConfigError("--ranks", f"{ranks} ranks (peer {peer}) do not fit {cl.world_size} GPUs of {cluster}",
+                              f"use at most {cl.world_size}")
+        report = nccl_collective(op, size_bytes, cl, ranks, peer=peer)
+    else:
+        try:
+            levels = resolve_topology(topology or cluster or "", bw, lat, npus=ranks)
+        except ValueError as exc:
+            raise ConfigError("--topology", str(exc), "") from None
+        algos: dict[int, str] = {}
+        if algorithms:
+            names = [a.strip() for a in algorithms.split(",")]
+            if len(names) != len(levels):
+                raise ConfigError("--algorithms", f"{len(names)} algorithm(s) for {len(levels)} dimension(s)",
+                                  "give one per dimension, innermost first")
+            algos = {i: a for i, a in enumerate(names) if a}
+        npus = math.prod(lv.size for lv in levels)
+        if op == "send_recv" and not 0 <= peer < npus:
+            raise ConfigError("--peer", f"rank {peer} is outside the {npus} NPUs", f"pick 1..{npus - 1}")
+        try:
+            report = analytical_collective(op, size_bytes, levels, scheduler, chunks, algos, peer=peer)
+        except ValueError as exc:
+            raise ConfigError("--algorithms", str(exc), "") from None
+    _print_collective(report)
+    if json_out is not None:
+        _write_atomic(json_out, json.dumps(report.as_dict(), indent=2) + "\n")
+
+
+def _print_collective(report: Any) -> None:
+    r = report.result
+    con = Console()
+    con.print(f"[bold]{r.op}[/] of {r.size_bytes:,.0f} B on {report.topology} ({r.npus} NPUs), "
+              f"{report.model} model, {report.scheduler} scheduling, algorithm {report.choice}")
+    con.print(f"time {r.time_s * 1e6:,.2f} us   algbw {r.algbw_gbps:,.2f} GB/s   busbw {r.busbw_gbps:,.2f} GB/s")
+    t = Table(title="Per dimension (bytes each NPU sends there; time the dimension is busy)")
+    for col in ("dim", "block", "size", "algorithm", "MB sent", "busy us", "GB/s", "latency ns"):
+        t.add_column(col, justify="right")
+    for d in r.per_dim:
+        t.add_row(str(d.index + 1), d.kind, str(d.size), d.algorithm, f"{d.bytes_sent / 2**20:,.2f}",
+                  f"{d.busy_s * 1e6:,.2f}", f"{d.bandwidth_gbps:g}", f"{d.latency_s * 1e9:g}")
+    con.print(t)
 
 
 @app.command()
