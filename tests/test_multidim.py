@@ -17,7 +17,6 @@ from trainsim.cost.multidim import (
     AnalyticalComm,
     Dimension,
     bus_factor,
-    fanouts,
     phase_cost,
     run_collective,
     send_recv,
@@ -28,6 +27,7 @@ from trainsim.hardware.topology import (
     TOPOLOGY_PRESETS,
     cluster_from_topology,
     cluster_topology,
+    fanouts,
     parse_topology,
     resolve_topology,
 )

@@ -3,7 +3,8 @@
 Feeds the offload (ZeRO-Infinity CPU tier) and local-HBM memory models. Each size is copied
 `reps` times after warm-up, timed with CUDA events; prints CSV rows:
 direction,pinned,size_bytes,time_us,gbps  (gbps = size / time in 1e9 B/s; d2d counts bytes once).
-Run: python benchmarks/gpu/measure_memcpy.py > h100_memcpy.csv
+Run: python benchmarks/gpu/measure_memcpy.py > src/trainsim/data/transfers/h100_memcpy.csv (kept out of
+data/measurements/, whose CSVs feed the compute fit)
 """
 
 from __future__ import annotations

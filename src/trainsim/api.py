@@ -14,12 +14,14 @@ from .compile.program import lower
 from .config import DEFAULT_JOB, JobConfig, parse_job
 from .cost.annotate import annotate, optimizer_time
 from .cost.calibration import load_calibration
-from .cost.comm import NcclComm
+from .cost.comm import CommModel, NcclComm
 from .cost.compute import RooflineCompute
 from .cost.memory import RUNTIME_RESERVED_BYTES, static_memory
+from .cost.multidim import AnalyticalComm
 from .errors import ConfigError
 from .hardware.cluster import CLUSTERS, Cluster, get_cluster
 from .hardware.devices import get_device
+from .hardware.topology import TOPOLOGY_PRESETS, cluster_from_topology, format_topology, resolve_topology
 from .sim.engine import run
 from .sim.result import (
     BREAKDOWN_KEYS,
@@ -29,6 +31,7 @@ from .sim.result import (
     critical_path,
     time_by_category,
 )
+from .strategy.placement import placement
 from .strategy.precision import Precision
 from .strategy.presets import ParallelSpec, build_strategy
 from .workload.zoo import build_model, model_names
@@ -41,9 +44,34 @@ def default_job() -> JobConfig:
     return parse_job(DEFAULT_JOB)
 
 
+def _topology_cluster(job: JobConfig) -> Cluster:
+    """A cluster whose interconnect is the job's topology (ASTRA-sim notation or a preset)."""
+    c, s = job.cluster, job.strategy
+    world = s.dp * s.tp * s.pp * s.cp if s.dp is not None else None  # ep divides dp
+    topo = c.topology or ""
+    try:
+        levels = resolve_topology(topo, c.bandwidth_gbps, c.latency_ns, npus=world)
+    except ValueError as exc:
+        fix = "or set strategy.dp so dp x tp x pp x cp equals it" if "NPUs but" in str(exc) else ""
+        raise ConfigError("cluster.topology", str(exc), fix) from None
+    preset = TOPOLOGY_PRESETS.get(topo.strip().lower())
+    try:
+        base = get_cluster(c.name)
+    except KeyError:
+        base = None
+    name = c.gpu or (preset.device if preset and preset.device else None) or (base.device.name if base else "a100-80gb")
+    try:
+        device = get_device(name)
+    except KeyError:
+        raise ConfigError("cluster.gpu", f"unknown GPU '{name}'", "see `trainsim clusters` for device names") from None
+    return cluster_from_topology(levels, device, name=f"topology {format_topology(levels)}")
+
+
 def _cluster(job: JobConfig) -> Cluster:
     s = job.strategy
     nodes = job.cluster.nodes
+    if job.cluster.topology is not None:
+        return _topology_cluster(job)
     try:
         base = get_cluster(job.cluster.name)
     except KeyError:
@@ -171,7 +199,9 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
     program = lower(tree, precision)
     cal = load_calibration(job.simulation.calibration)
     cparams = cal.compute_for(cl.device)
-    compute, comm = RooflineCompute(cparams), NcclComm(cl, cal.comm or None)
+    compute = RooflineCompute(cparams)
+    comm: CommModel = (AnalyticalComm(cl.levels, scheduler=job.simulation.scheduler)
+                       if job.simulation.comm_model == "analytical" else NcclComm(cl, cal.comm or None))
     annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s)
     by_rank: dict[int, list] = defaultdict(list)
     for ch in program.chunks:
@@ -210,6 +240,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         peak_tflops=peak / 1e12, breakdown=breakdown, breakdown_per_stage=stage_breakdown, memory=memory,
         critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
         critical_path_by_category=time_by_category(graph, trace, path), n_tasks=len(graph), advice=_advice(memory, spec),
-        graph=graph, trace=trace, model_params=mdl.params)
+        graph=graph, trace=trace, model_params=mdl.params,
+        placement=[p.describe(cl.levels) for p in placement(tree.mesh, cl.levels)])
     result.simulation_wall_s = time.perf_counter() - wall0
     return result

@@ -41,6 +41,14 @@ def simulate(
     intra_node_gbps: Annotated[float | None, Opt(help="NVLink GB/s per GPU per direction")] = None,
     nics_per_node: Annotated[int | None, Opt(help="network NICs per node")] = None,
     nic_gbps: Annotated[float | None, Opt(help="GB/s per NIC per direction (400 Gb/s = 50)")] = None,
+    topology: Annotated[str | None, Opt(help="interconnect in ASTRA-sim notation, e.g. 'Switch(8)_Switch(16)', "
+                                        "or a preset (trainsim collective --help); last dimension = network")] = None,
+    bandwidth: Annotated[str | None, Opt(help="with --topology: GB/s per NPU per dimension, e.g. 300,25")] = None,
+    latency: Annotated[str | None, Opt(help="with --topology: ns per hop per dimension, e.g. 1000,5000")] = None,
+    comm_model: Annotated[str | None, Opt(help="nccl (NCCL's tuned choice) | analytical (ASTRA-sim multi-dim "
+                                          "collectives)")] = None,
+    scheduler: Annotated[str | None, Opt(help="collective scheduler for --comm-model analytical: baseline | "
+                                         "themis")] = None,
     dp: Annotated[int | None, Opt(help="data-parallel degree (default: GPUs / (tp*pp*cp))")] = None,
     tp: Annotated[int | None, Opt(help="tensor-parallel degree (Megatron column/row)")] = None,
     pp: Annotated[int | None, Opt(help="pipeline-parallel degree")] = None,
@@ -85,14 +93,17 @@ def simulate(
         "model": {"name": model, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
                   "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "attention": attention},
         "cluster": {"name": cluster, "nodes": nodes, "gpu": gpu, "gpus_per_node": gpus_per_node,
-                    "intra_node_gbps": intra_node_gbps, "nics_per_node": nics_per_node, "nic_gbps": nic_gbps},
+                    "intra_node_gbps": intra_node_gbps, "nics_per_node": nics_per_node, "nic_gbps": nic_gbps,
+                    "topology": topology, "bandwidth_gbps": _floats(bandwidth, "--bandwidth"),
+                    "latency_ns": _floats(latency, "--latency")},
         "strategy": {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "sequence_parallel": sp,
                      "zero": zero, "fsdp": fsdp, "recompute": recompute, "schedule": schedule,
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
                      "tp_comm_overlap": tp_comm_overlap},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
-                       "calibration": str(calibration) if calibration else None},
+                       "calibration": str(calibration) if calibration else None, "comm_model": comm_model,
+                       "scheduler": scheduler},
     }
     job_flags = any(v is not None for sec in ("model", "cluster", "strategy") for v in flags[sec].values())
     if config is not None:
@@ -121,7 +132,8 @@ def simulate(
         resolved = job.model_copy(deep=True)
         resolved.strategy.dp = s["dp"]
         resolved.strategy.global_batch = s["global_batch"]
-        resolved.cluster.nodes = result.n_gpus // max(1, _gpus_per_node(job.cluster.name))
+        if job.cluster.topology is None:
+            resolved.cluster.nodes = result.n_gpus // max(1, _gpus_per_node(job.cluster.name))
         _write_atomic(dump_config, dump_yaml(resolved))
 
 

@@ -35,6 +35,10 @@ class ClusterSpec(_Strict):
     intra_node_gbps: float | None = Field(None, gt=0, description="NVLink/switch GB/s per GPU per direction")
     nics_per_node: int | None = Field(None, ge=1)
     nic_gbps: float | None = Field(None, gt=0, description="GB/s per NIC per direction (200 Gb/s HDR = 25)")
+    topology: str | None = Field(None, description="ASTRA-sim notation 'Ring(4)_FC(2)_Switch(8)' or a topology "
+                                 "preset; replaces the preset's interconnect (the last dimension is the network)")
+    bandwidth_gbps: list[float] | None = Field(None, description="with topology: GB/s per NPU per dimension")
+    latency_ns: list[float] | None = Field(None, description="with topology: ns per hop per dimension")
 
 
 class StrategySpec(_Strict):
@@ -63,6 +67,10 @@ class SimulationSpec(_Strict):
     exact: bool = False
     granularity: Literal["op", "layer", "auto"] = "auto"
     calibration: str | None = Field(None, description="calibration YAML from `trainsim calibrate`")
+    comm_model: Literal["nccl", "analytical"] = Field(
+        "nccl", description="nccl: NCCL's tuned algorithm/protocol choice; analytical: ASTRA-sim's "
+        "multi-dimensional topology-aware collectives")
+    scheduler: Literal["baseline", "themis"] = Field("baseline", description="collective scheduler (analytical)")
 
 
 class JobConfig(_Strict):

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..hardware.cluster import Level
+from ..hardware.topology import fanouts
 
 BLOCK_ALGORITHM = {"ring": "ring", "fc": "direct", "switch": "halving_doubling", "bus": "ring"}
 """Default topology-aware algorithm of each building block (ASTRA-sim 2.0 Table I)."""
@@ -277,16 +278,6 @@ def send_recv(size_bytes: float, dims: Sequence[Dimension], src: int, dst: int) 
         per_dim.append(DimResult(i, d.kind, d.size, "p2p", moved, busy, d.bandwidth_gbps, d.latency_s))
     t = lat + (size_bytes / (slowest * 1e9) if slowest < math.inf else 0.0)
     return CollectiveResult("send_recv", size_bytes, 2, t, tuple(per_dim))
-
-
-def fanouts(levels: Sequence[Level], ranks: Sequence[int]) -> list[int]:
-    """How many distinct coordinates a group spans in each dimension (ranks innermost-fastest)."""
-    out = []
-    span = 1
-    for lv in levels:
-        out.append(len({(r // span) % lv.size for r in ranks}))
-        span *= lv.size
-    return out
 
 
 @dataclass

@@ -161,6 +161,16 @@ def resolve_topology(spec_or_name: str, bandwidths_gbps: Sequence[float] | None 
     return levels
 
 
+def fanouts(levels: Sequence[Level], ranks: Sequence[int]) -> list[int]:
+    """How many distinct coordinates a group of ranks spans in each dimension (ranks innermost-fastest)."""
+    out = []
+    span = 1
+    for lv in levels:
+        out.append(len({(r // span) % lv.size for r in ranks}))
+        span *= lv.size
+    return out
+
+
 def cluster_from_topology(levels: Sequence[Level], device: str | Device = "a100-80gb", name: str = "topology") -> Cluster:
     """A trainsim cluster over a topology: the last dimension is the scale-out network (one NIC per NPU at
     that dimension's bandwidth), the ones before it live inside a node; one dimension = one box."""
@@ -177,4 +187,4 @@ def cluster_from_topology(levels: Sequence[Level], device: str | Device = "a100-
 
 
 __all__ = ["GIB_PER_S_IN_GBPS", "TOPOLOGY_PRESETS", "TopologyPreset", "cluster_from_topology", "cluster_topology",
-           "format_topology", "parse_topology", "resolve_topology"]
+           "fanouts", "format_topology", "parse_topology", "resolve_topology"]

@@ -32,6 +32,8 @@ def print_summary(r: SimulationResult, console: Console | None = None) -> None:
               f"sp={'on' if s['sequence_parallel'] else 'off'} zero={s['zero']} recompute={s['recompute']} "
               f"schedule={s['schedule']} micro-batch={s['micro_batch']} global-batch={s['global_batch']} "
               f"(grad accumulation {s['grad_accumulation']}) {s['dtype']}")
+    if r.placement:
+        con.print("placement: " + "; ".join(r.placement))
     t = Table(title="Predicted iteration", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")

@@ -51,6 +51,7 @@ class SimulationResult:
     n_tasks: int = 0
     model_params: int = 0
     advice: list[str] = field(default_factory=list)
+    placement: list[str] = field(default_factory=list)  # where each parallel axis lands on the topology
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
 
