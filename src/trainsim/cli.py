@@ -378,19 +378,28 @@ def models() -> None:
 
 @app.command()
 def clusters() -> None:
-    """List the built-in cluster presets."""
+    """List the built-in cluster presets and named topologies (ASTRA-sim notation)."""
     from .hardware.cluster import CLUSTERS
+    from .hardware.topology import GIB_PER_S_IN_GBPS, TOPOLOGY_PRESETS, cluster_topology
 
     t = Table(title="Built-in clusters (per-GPU bandwidth; --nodes N scales the network level)")
-    for col in ("name", "GPU", "GPUs/node", "levels (bandwidth GB/s, latency us)", "NICs"):
+    for col in ("name", "GPU", "GPUs/node", "topology (2 nodes)", "levels (bandwidth GB/s, latency us)", "NICs"):
         t.add_column(col)
     for name, factory in CLUSTERS.items():
         c = factory(1)
         levels = ", ".join(f"{lv.name} x{lv.size} {lv.bandwidth_gbps:g} GB/s {lv.latency_s * 1e6:g} us"
                            for lv in c.levels)
         nic = f"{c.nics_per_node} x {c.nic_gbps:g} GB/s" if c.nic_gbps else "none"
-        t.add_row(name, c.device.name, str(c.gpus_per_node), levels, nic)
+        topo = cluster_topology(factory(2) if c.has_network else c)
+        t.add_row(name, c.device.name, str(c.gpus_per_node), topo, levels, nic)
     Console().print(t)
+    p = Table(title="Named topologies (--topology NAME; bandwidth GB/s per NPU per dimension)")
+    for col in ("name", "topology", "GB/s (ASTRA-sim GiB/s)", "latency ns", "description"):
+        p.add_column(col)
+    for pre in TOPOLOGY_PRESETS.values():
+        p.add_row(pre.name, pre.spec, ", ".join(f"{b:.4g} ({b / GIB_PER_S_IN_GBPS:.4g})" for b in pre.bandwidths_gbps),
+                  ", ".join(f"{x:g}" for x in pre.latencies_ns), pre.description)
+    Console().print(p)
 
 
 def main(argv: list[str] | None = None) -> None:
