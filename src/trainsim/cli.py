@@ -383,7 +383,11 @@ def clusters() -> None:
     from .hardware.topology import GIB_PER_S_IN_GBPS, TOPOLOGY_PRESETS, cluster_topology
 
     t = Table(title="Built-in clusters (per-GPU bandwidth; --nodes N scales the network level)")
-    for col in ("name", "GPU", "GPUs/node", "topology (2 nodes)", "levels (bandwidth GB/s, latency us)", "NICs"):
+    t.add_column("name", no_wrap=True)
+    t.add_column("GPU")
+    t.add_column("GPUs/node")
+    t.add_column("topology (2 nodes)", no_wrap=True)
+    for col in ("levels (bandwidth GB/s, latency us)", "NICs"):
         t.add_column(col)
     for name, factory in CLUSTERS.items():
         c = factory(1)
@@ -394,7 +398,8 @@ def clusters() -> None:
         t.add_row(name, c.device.name, str(c.gpus_per_node), topo, levels, nic)
     Console().print(t)
     p = Table(title="Named topologies (--topology NAME; bandwidth GB/s per NPU per dimension)")
-    for col in ("name", "topology", "GB/s (ASTRA-sim GiB/s)", "latency ns", "description"):
+    p.add_column("name", no_wrap=True)
+    for col in ("topology", "GB/s (ASTRA-sim GiB/s)", "latency ns", "description"):
         p.add_column(col)
     for pre in TOPOLOGY_PRESETS.values():
         p.add_row(pre.name, pre.spec, ", ".join(f"{b:.4g} ({b / GIB_PER_S_IN_GBPS:.4g})" for b in pre.bandwidths_gbps),
