@@ -286,7 +286,8 @@ class AnalyticalComm:
 
     A group uses the dimensions it spans, each with the group's fan-out there (a group of 4 on a
     Ring(8) runs a 4-NPU ring at that ring's bandwidth). `algorithms` overrides the per-block
-    default by dimension index; `concurrency` groups on the same NPUs divide each dimension.
+    default by dimension index. Bandwidth is per NPU in every dimension, so groups on disjoint NPUs
+    (`concurrency`) do not slow each other here, as in ASTRA-sim's congestion-free analytical backend.
     """
 
     levels: tuple[Level, ...]
@@ -294,15 +295,9 @@ class AnalyticalComm:
     chunks: int = DEFAULT_CHUNKS
     algorithms: dict[int, str] = field(default_factory=dict)
 
-    def dims_for(self, ranks: Sequence[int], concurrency: int = 1) -> list[Dimension]:
-        dims = []
-        for i, (lv, f) in enumerate(zip(self.levels, fanouts(self.levels, ranks), strict=True)):
-            dim = Dimension.of(lv, self.algorithms.get(i), size=f)
-            if concurrency > 1 and f > 1:
-                share = max(1.0, concurrency * f / lv.size)
-                dim = Dimension(dim.kind, dim.size, dim.bandwidth_gbps / share, dim.latency_s, dim.algorithm)
-            dims.append(dim)
-        return dims
+    def dims_for(self, ranks: Sequence[int]) -> list[Dimension]:
+        return [Dimension.of(lv, self.algorithms.get(i), size=f)
+                for i, (lv, f) in enumerate(zip(self.levels, fanouts(self.levels, ranks), strict=True))]
 
     def run(self, collective: str, size_bytes: float, group: Sequence[int], concurrency: int = 1) -> CollectiveResult:
         ranks = list(dict.fromkeys(group))
@@ -310,7 +305,7 @@ class AnalyticalComm:
             if len(ranks) < 2:
                 return CollectiveResult("send_recv", size_bytes, len(ranks), 0.0)
             return send_recv(size_bytes, [Dimension.of(lv) for lv in self.levels], ranks[0], ranks[1])
-        return run_collective(collective, size_bytes, self.dims_for(ranks, concurrency), self.scheduler, self.chunks)
+        return run_collective(collective, size_bytes, self.dims_for(ranks), self.scheduler, self.chunks)
 
     def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float:
         if len(set(group)) <= 1 or size_bytes <= 0:
