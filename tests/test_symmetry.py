@@ -64,10 +64,12 @@ def test_coarse_granularity_agrees_with_op_granularity(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["3d", "sp-zero1-selective"])
 def test_coarse_granularity_is_exact_without_overlap_slowdown(name: str) -> None:
-    """Fusion (serial chains, and the SP weight-gradient fork-join) only changes where gamma applies."""
+    """Fusion (serial chains, and the SP weight-gradient fork-join) only changes where gamma applies
+    and, with bandwidth sharing on, how a fused collective's link load is spread (an approximation,
+    covered by the 2% test above), so both are off here."""
     job = CASES[name]
-    op = run(job, granularity="op", gamma=0.0)
-    auto = run(job, granularity="auto", gamma=0.0)
+    op = run(job, granularity="op", gamma=0.0, bandwidth_sharing=False)
+    auto = run(job, granularity="auto", gamma=0.0, bandwidth_sharing=False)
     assert auto.iteration_time_s == pytest.approx(op.iteration_time_s, rel=1e-9)
 
 

@@ -153,11 +153,14 @@ def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
 
 
 def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None = None,
-             cluster: str | None = None, strategy: dict[str, Any] | None = None, **options: Any) -> SimulationResult:
+             cluster: str | None = None, strategy: dict[str, Any] | None = None,
+             bandwidth_sharing: bool | None = None, **options: Any) -> SimulationResult:
     """Predict one training iteration.
 
     Either pass a JobConfig / nested dict, or keywords: `simulate(model="llama3-70b", cluster="dgx-h100",
     strategy={"tp": 8, "pp": 4, "dp": 16, "global_batch": 1024}, nodes=64, seq_len=8192)`.
+    `bandwidth_sharing` (any form) overrides simulation.bandwidth_sharing: False prices every call as
+    if it ran alone, for an ablation.
     """
     wall0 = time.perf_counter()
     if job is None:
@@ -168,12 +171,15 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
             data["cluster"]["name"] = cluster
         for k, v in options.items():
             section = ("cluster" if k == "nodes" else "simulation" if k in ("dtype", "gamma", "exact", "granularity",
-                                                                          "calibration")
+                                                                          "calibration", "bandwidth_sharing")
                        else "model")
             data[section]["nodes" if k == "nodes" else k] = v
         job = parse_job(data)
     elif isinstance(job, dict):
         job = parse_job(job)
+    if bandwidth_sharing is not None:
+        job = job.model_copy(update={"simulation": job.simulation.model_copy(
+            update={"bandwidth_sharing": bool(bandwidth_sharing)})})
     cl = _cluster(job)
     if job.simulation.exact and cl.world_size > EXACT_MODE_MAX_RANKS:
         raise ConfigError("simulation.exact", f"per-rank simulation of {cl.world_size} GPUs would build millions of "
@@ -202,7 +208,9 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
     compute = RooflineCompute(cparams)
     comm: CommModel = (AnalyticalComm(cl.levels, scheduler=job.simulation.scheduler)
                        if job.simulation.comm_model == "analytical" else NcclComm(cl, cal.comm or None))
-    annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s)
+    sharing = job.simulation.bandwidth_sharing
+    flows = annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s, sharing=sharing,
+                     exact=job.simulation.exact)
     by_rank: dict[int, list] = defaultdict(list)
     for ch in program.chunks:
         by_rank[ch.pp_rank].append(ch)
@@ -211,9 +219,9 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
     capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
     graph = build_graph(program, exact=job.simulation.exact, granularity=job.simulation.granularity,
                         optimizer_s=opt_s,
-                        static_bytes={r: s.total_bytes for r, s in statics.items()})
+                        static_bytes={r: s.total_bytes for r, s in statics.items()}, flows=flows)
     gamma = cal.gamma if job.simulation.gamma is None else job.simulation.gamma
-    trace = run(graph, gamma=gamma, p2p_host_sync=cal.p2p_host_sync)
+    trace = run(graph, gamma=gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=sharing)
     iteration = max(trace.end_s) if len(graph) else 0.0
     per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
     weights = [rc.multiplicity for rc in graph.classes]

@@ -81,6 +81,8 @@ def simulate(
     dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | tf32 | fp32")] = None,
     gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
     exact: Annotated[bool | None, Opt("--exact/--symmetric", help="simulate every rank (slow) or rank classes")] = None,
+    bandwidth_sharing: Annotated[bool | None, Opt("--bandwidth-sharing/--no-bandwidth-sharing",
+                                                  help="concurrent communication shares links (max-min fair)")] = None,
     granularity: Annotated[str | None, Opt(help="auto | layer | op (task granularity)")] = None,
     calibration: Annotated[Path | None, Opt(help="calibration YAML from `trainsim calibrate`")] = None,
     json_out: Annotated[Path | None, Opt("--json", help="write the result summary as JSON")] = None,
@@ -103,7 +105,7 @@ def simulate(
                      "tp_comm_overlap": tp_comm_overlap},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
                        "calibration": str(calibration) if calibration else None, "comm_model": comm_model,
-                       "scheduler": scheduler},
+                       "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing},
     }
     job_flags = any(v is not None for sec in ("model", "cluster", "strategy") for v in flags[sec].values())
     if config is not None:

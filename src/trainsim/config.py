@@ -71,6 +71,8 @@ class SimulationSpec(_Strict):
         "nccl", description="nccl: NCCL's tuned algorithm/protocol choice; analytical: ASTRA-sim's "
         "multi-dimensional topology-aware collectives")
     scheduler: Literal["baseline", "themis"] = Field("baseline", description="collective scheduler (analytical)")
+    bandwidth_sharing: bool = Field(True, description="concurrent communication shares links (max-min fair "
+                                    "flows, Proteus VI-C); false: fixed durations, every group alone")
 
 
 class JobConfig(_Strict):

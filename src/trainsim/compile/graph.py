@@ -9,7 +9,9 @@ extra allocation while running and its net allocation once done.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..strategy.schedules import schedule_order
 from .program import ChunkProgram, Program, Step, Stream
@@ -45,13 +47,20 @@ class ExecutionGraph:
     host_path_s: list[float] = field(default_factory=list)
     micro_batch: list[int] = field(default_factory=list)
     queues: dict[tuple[int, int], list[int]] = field(default_factory=lambda: defaultdict(list))
+    # bandwidth sharing (sim.flows): a task's fixed latency and its work seconds on shared physical
+    # resources (ids into `resources`) when it runs alone; None: a fixed duration, shares nothing
+    flow_latency_s: list[float] = field(default_factory=list)
+    flow_demand: list[tuple[tuple[int, float], ...] | None] = field(default_factory=list)
+    resources: list[str] = field(default_factory=list)
+    _resource_ids: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.name)
 
     def add(self, name: str, kind: str, stream: int, category: str, duration_s: float, classes: tuple[int, ...],
             deps: list[int], mb: int = -1, parts: dict[str, float] | None = None, mem_peak: float = 0.0,
-            mem_net: float = 0.0, host_s: float = 0.0, host_path_s: float | None = None) -> int:
+            mem_net: float = 0.0, host_s: float = 0.0, host_path_s: float | None = None,
+            flow_latency_s: float = 0.0, flow_demand: tuple[tuple[int, float], ...] | None = None) -> int:
         t = len(self.name)
         self.name.append(name)
         self.kind.append(kind)
@@ -66,9 +75,18 @@ class ExecutionGraph:
         self.host_s.append(host_s)
         self.host_path_s.append(max(duration_s, host_s) if host_path_s is None else host_path_s)
         self.micro_batch.append(mb)
+        self.flow_latency_s.append(flow_latency_s)
+        self.flow_demand.append(flow_demand)
         for c in classes:
             self.queues[(c, stream)].append(t)
         return t
+
+    def resource_id(self, name: str) -> int:
+        """Id of a shared physical resource by name (added on first use)."""
+        if name not in self._resource_ids:
+            self._resource_ids[name] = len(self.resources)
+            self.resources.append(name)
+        return self._resource_ids[name]
 
     def join(self, t: int, cls: int, deps: list[int]) -> None:
         """Add another participant class to an existing collective task."""
@@ -95,9 +113,52 @@ class _Spec:
     index: int  # index of the last original step it covers
     host_s: float = 0.0
     host_path_s: float = 0.0
+    flow_latency_s: float = 0.0
+    flow: dict[str, float] | None = None  # work seconds by link key (fused comm load, see coarsen)
 
 
-def _fuse_fork_join(steps: list[Step], streams: frozenset[int]) -> list[Step]:
+Demand = tuple[float, dict[str, float]]
+"""(latency_s, {link key: work seconds}) of one communication call alone (cost.comm `demand`)."""
+
+
+class FlowSource(Protocol):
+    """What the cost layer knows about link loads (cost.annotate.FlowBook); keys name links generically:
+    'intra<i>:<level>' and 'rail' are a GPU's own links (one resource per rank class), 'nic' the node's
+    NICs (one resource per set of classes sharing a node)."""
+
+    gpus_per_node: int
+    embedding: Demand | None
+
+    def step_demand(self, step: Step, stage_rank: int) -> Demand | None: ...
+
+    def send_demand(self, chunk: int, phase: str) -> Demand | None: ...
+
+
+def fit_demand(demand: Demand | None, duration_s: float) -> Demand | None:
+    """The demand of a call whose duration the cost layer changed afterwards (e.g. TP-comm overlap
+    exposes only part of it): the latency stays, the work scales with the bandwidth part left."""
+    if demand is None or duration_s <= 0:
+        return None
+    latency, work = demand
+    top = max(work.values(), default=0.0)
+    bw_s = duration_s - latency
+    if top <= 0 or bw_s <= 0:
+        return None
+    return latency, {k: w * bw_s / top for k, w in work.items()}
+
+
+def _add_work(into: dict[str, float] | None, work: dict[str, float] | None) -> dict[str, float] | None:
+    if not work:
+        return into
+    out = dict(into or {})
+    for k, w in work.items():
+        out[k] = out.get(k, 0.0) + w
+    return out
+
+
+def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
+                    demand_of: Callable[[Step], Demand | None] | None = None,
+                    fused_work: dict[int, dict[str, float]] | None = None) -> list[Step]:
     """Fuse a compute step and collectives that start with it and join before the next compute step.
 
     Pattern (sequence-parallel weight-gradient re-gather): a(deps=D), b1(deps=D) -> b2 ..., c(deps=(a, b_last)).
@@ -141,6 +202,13 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int]) -> list[Step]:
                      host_s=sum(steps[j].host_s for j in range(i, k + 1)))
         for j in range(i, k + 1):
             remap[j] = len(out)
+        if demand_of is not None and fused_work is not None:
+            work: dict[str, float] | None = None
+            for j in range(i + 1, k):
+                fitted = fit_demand(demand_of(steps[j]), steps[j].duration_s)
+                work = _add_work(work, fitted[1] if fitted else None)
+            if work:
+                fused_work[len(out)] = work
         out.append(fused)
         i = k + 1
     for n, s in enumerate(out):
@@ -153,10 +221,16 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int]) -> list[Step]:
     return out
 
 
-def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_streams: frozenset[int]) -> list[_Spec]:
-    """Fuse chains of steps no other step waits on (dPRO's coarsened view): exact for serial chains."""
+def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_streams: frozenset[int],
+            demand_of: Callable[[Step], Demand | None] | None = None) -> list[_Spec]:
+    """Fuse chains of steps no other step waits on (dPRO's coarsened view): exact for serial chains.
+
+    With `demand_of` (bandwidth sharing), a collective spec carries its link work, and a compute spec
+    that absorbed collectives carries their summed work as load spread over its whole duration (the
+    engine shares it at intensity work / duration: the time-average of the fused comm's load)."""
+    fused_work: dict[int, dict[str, float]] = {}
     if granularity != "op" and Stream.FEATURE in merge_streams:
-        steps = _fuse_fork_join(steps, merge_streams)
+        steps = _fuse_fork_join(steps, merge_streams, demand_of, fused_work)
     referenced = {d for s in steps if s.deps for d in s.deps}
     out: list[_Spec] = []
     remap: dict[int, int] = {}
@@ -164,6 +238,13 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
         single = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
                        max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
                        s.host_s, max(s.duration_s, s.host_s))
+        if demand_of is not None:
+            if i in fused_work:
+                single.flow = dict(fused_work[i])
+            elif s.kind == "collective":
+                fitted = fit_demand(demand_of(s), s.duration_s)
+                if fitted is not None:
+                    single.flow_latency_s, single.flow = fitted[0], dict(fitted[1])
         prev = out[-1] if out else None
         can = (granularity != "op" and prev is not None and s.deps is None and s.stream in merge_streams
                and prev.stream in merge_streams and (i - 1) not in referenced
@@ -184,6 +265,8 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
             prev.index = i
             prev.kind = "compute"
             prev.stream = Stream.COMPUTE
+            prev.flow = _add_work(prev.flow, single.flow)
+            prev.flow_latency_s = 0.0
             prev.category = max(parts, key=lambda k: parts[k])
             prev.label = prev.label.split(" .. ")[0] + " .. " + s.label
             remap[i] = len(out) - 1
@@ -197,8 +280,12 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
 
 
 def build_graph(program: Program, *, exact: bool = False, granularity: str = "auto",
-                optimizer_s: dict[int, float] | None = None, static_bytes: dict[int, float] | None = None) -> ExecutionGraph:
-    """Instantiate the costed templates along the pipeline schedule into one execution graph."""
+                optimizer_s: dict[int, float] | None = None, static_bytes: dict[int, float] | None = None,
+                flows: FlowSource | None = None) -> ExecutionGraph:
+    """Instantiate the costed templates along the pipeline schedule into one execution graph.
+
+    `flows` (bandwidth sharing): fill `flow_latency_s` / `flow_demand` / `resources` from the cost
+    layer's per-link work, so the engine shares links among concurrent tasks."""
     tree = program.tree
     mesh = tree.mesh
     sched = tree.schedule
@@ -217,10 +304,23 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
     merge = frozenset({Stream.COMPUTE}) if exact else frozenset({Stream.COMPUTE, Stream.FEATURE})
     spec_cache: dict[tuple[int, str, bool], list[_Spec]] = {}
 
+    task_flow: dict[int, Demand] = {}  # task -> (latency, work by link key), resolved to resources at the end
+
+    def step_demand_of(ch: ChunkProgram) -> Callable[[Step], Demand | None] | None:
+        if flows is None:
+            return None
+        stage_rank = mesh.rank({"pp": ch.pp_rank})
+        return lambda step: flows.step_demand(step, stage_rank)
+
+    def note_flow(t: int, demand: Demand | None) -> None:
+        if demand is not None and demand[1] and t not in task_flow:
+            task_flow[t] = demand
+
     def specs(ch: ChunkProgram, phase: str, anchors: bool) -> list[_Spec]:
         key = (ch.chunk, phase, anchors)
         if key not in spec_cache:
-            spec_cache[key] = coarsen(ch.fwd if phase == "F" else ch.bwd, granularity, anchors, merge)
+            spec_cache[key] = coarsen(ch.fwd if phase == "F" else ch.bwd, granularity, anchors, merge,
+                                      step_demand_of(ch))
         return spec_cache[key]
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
@@ -247,12 +347,17 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         shared[k] = t
         return t
 
+    def step_flow(ch: ChunkProgram, s: Step) -> Demand | None:
+        dem = step_demand_of(ch)
+        return fit_demand(dem(s), s.duration_s) if dem is not None else None
+
     def grad_sync(ch: ChunkProgram, cid: int, rank: int, dep: int, bucket: str | None) -> None:
         for s in reversed(ch.grad_sync):
             if bucket is not None and s.grad_bucket != bucket:
                 continue
             t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [dep], m - 1,
                                 ("grad", ch.chunk, s.label, s.axes))
+            note_flow(t, step_flow(ch, s))
             grad_tasks[cid].append(t)
 
     reps = range(mesh.world_size) if exact else [mesh.rank({"pp": s}) for s in range(pp)]
@@ -266,9 +371,10 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             for vc in range(v):
                 ch = chunks[vc * pp + r]
                 for s in ch.post_step:
-                    param_gather[(cid, ch.chunk)].append(
-                        collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [], 0,
-                                        ("post", ch.chunk, s.label, s.axes)))
+                    t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [], 0,
+                                        ("post", ch.chunk, s.label, s.axes))
+                    note_flow(t, step_flow(ch, s))
+                    param_gather[(cid, ch.chunk)].append(t)
     for rank in reps:
         cid = cls_of(rank)
         r = mesh.coords(rank)["pp"]
@@ -296,6 +402,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                     t = g.add(name, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps, mb,
                               dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net, sp.host_s,
                               sp.host_path_s)
+                if sp.flow:
+                    note_flow(t, (sp.flow_latency_s, sp.flow))
                 ids.append(t)
                 if anchors and sp.grad_bucket:
                     grad_sync(ch, cid, rank, t, sp.grad_bucket)
@@ -310,6 +418,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
                 p2p[(cid, c, ph, mb)] = g.add(f"{ph}{mb} c{c} send {send_bytes / 1e6:.1f} MB", "p2p", Stream.P2P,
                                               "pp", dur, (cid,), [ids[-1]], mb)
+                if flows is not None:
+                    note_flow(p2p[(cid, c, ph, mb)], fit_demand(flows.send_demand(c, ph), dur))
         if has_grad and not tree.overlap_grad_reduce:
             for vc in sorted(last_item_of_chunk, reverse=True):
                 grad_sync(chunks[vc * pp + r], cid, rank, last_b[cid], None)
@@ -347,6 +457,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             else:
                 t = g.add("embedding grads:all_reduce", "collective", Stream.GRAD, "dp", program.embedding_sync_s,
                           (a, b), deps)
+            if flows is not None:
+                note_flow(t, fit_demand(flows.embedding, program.embedding_sync_s))
             grad_tasks[a].append(t)
             grad_tasks[b].append(t)
 
@@ -360,6 +472,32 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         for vc in range(v if not tree.overlap_param_gather else 0):
             ch = chunks[vc * pp + r]
             for s in ch.post_step:
-                collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [opt], -1,
-                                ("post", ch.chunk, s.label, s.axes))
+                t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [opt], -1,
+                                    ("post", ch.chunk, s.label, s.axes))
+                note_flow(t, step_flow(ch, s))
+    if flows is not None:
+        _resolve_flows(g, task_flow, flows.gpus_per_node)
     return g
+
+
+def _resolve_flows(g: ExecutionGraph, task_flow: dict[int, Demand], gpus_per_node: int) -> None:
+    """Map link keys onto the graph's resources: a GPU's own links are one resource per rank class
+    (its ranks' links, symmetric), the NICs one resource per set of classes that share nodes."""
+    on_node: dict[int, set[int]] = defaultdict(set)
+    for c, rc in enumerate(g.classes):
+        for r in rc.ranks:
+            on_node[r // gpus_per_node].add(c)
+    nics: list[list[str]] = []
+    for rc in g.classes:
+        sets = {tuple(sorted(on_node[r // gpus_per_node])) for r in rc.ranks}
+        nics.append(["nic:" + "+".join(f"c{x}" for x in s) for s in sorted(sets)])
+    for t, (latency, work) in task_flow.items():
+        by_id: dict[int, float] = {}
+        for c in g.participants[t]:
+            for key, w in work.items():
+                ids = [g.resource_id(x) for x in nics[c]] if key == "nic" else [g.resource_id(f"{key}@c{c}")]
+                for rid in ids:
+                    if w > by_id.get(rid, 0.0):
+                        by_id[rid] = w
+        g.flow_latency_s[t] = latency
+        g.flow_demand[t] = tuple(sorted(by_id.items()))

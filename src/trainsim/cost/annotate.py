@@ -1,11 +1,22 @@
-"""Fill every step of a compiled program with its duration from the pluggable cost models."""
+"""Fill every step of a compiled program with its duration from the pluggable cost models.
+
+With bandwidth sharing on, two more things happen (Proteus section VI-C):
+- static sharing among identical groups: a collective of the symmetric (one class per pipeline
+  stage) program stands for every group over the same mesh axes in its stage; those run at the same
+  moment, so the groups with ranks on the same node divide that node's NICs (`concurrency`);
+- the comm model's per-resource work of every call is recorded in a `FlowBook`, which the graph
+  builder turns into flow demands that the engine shares max-min fairly at run time.
+"""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import dataclass, field
 
 from ..compile.program import Program, Step
 from ..hardware.cluster import Cluster
+from ..strategy.mesh import DeviceMesh
 from ..workload.ir import OpKind
 from .comm import CommModel
 from .compute import ComputeModel
@@ -15,14 +26,95 @@ from .compute import ComputeModel
 ADAM_BYTES_PER_PARAM = 30.0
 
 
+Demand = tuple[float, dict[str, float]]
+"""(latency_s, {link key: work seconds}) of one communication call, as `NcclComm.demand` gives it."""
+
+
+@dataclass
+class FlowBook:
+    """Per-resource work of the program's communication, for the graph builder (see compile.graph).
+
+    `steps` is keyed like the cost cache: (collective, size_bytes, axes, stage rank); `sends` by
+    (chunk, 'F' | 'B'); `embedding` is the tied-embedding all-reduce. Work is for the stand-alone call
+    (with its static concurrency), consistent with the duration annotate gave it."""
+
+    gpus_per_node: int
+    steps: dict[tuple, Demand] = field(default_factory=dict)
+    sends: dict[tuple[int, str], Demand] = field(default_factory=dict)
+    embedding: Demand | None = None
+
+    def step_demand(self, step: Step, stage_rank: int) -> Demand | None:
+        return self.steps.get((step.collective, step.size_bytes, step.axes, stage_rank))
+
+    def send_demand(self, chunk: int, phase: str) -> Demand | None:
+        return self.sends.get((chunk, phase))
+
+
+def group_concurrency(groups: list[tuple[int, ...]], group: tuple[int, ...], gpus_per_node: int) -> int:
+    """How many of `groups` (the call's sibling groups, `group` among them) have ranks on a node of
+    `group`: they run at once and divide that node's NICs (the most crowded node counts)."""
+    per_node: Counter[int] = Counter()
+    for g in groups:
+        for node in {r // gpus_per_node for r in g}:
+            per_node[node] += 1
+    return max((per_node[r // gpus_per_node] for r in group), default=1) or 1
+
+
+def _axes_siblings(mesh: DeviceMesh, axes: tuple[str, ...], stage: int) -> list[tuple[int, ...]]:
+    """Every group over `axes` among the ranks of pipeline stage `stage` (one rank class)."""
+    per_stage = mesh.world_size // mesh.pp
+    seen: dict[int, list[int]] = {}
+    strides = [(a, mesh.stride(a)) for a in axes]
+    for r in range(stage * per_stage, (stage + 1) * per_stage):  # pp is the outermost mesh axis
+        c = mesh.coords(r)
+        seen.setdefault(r - sum(c[a] * st for a, st in strides), []).append(r)
+    return [tuple(v) for v in seen.values()]
+
+
+def _pair_siblings(mesh: DeviceMesh, stage: int, other: int) -> list[tuple[int, int]]:
+    """Each rank of `stage` paired with its peer in stage `other` (pipeline sends, embedding sum)."""
+    per_stage = mesh.world_size // mesh.pp
+    return [(r, r + (other - stage) * per_stage) for r in range(stage * per_stage, (stage + 1) * per_stage)]
+
+
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,
-             collective_host_s: float = 0.0) -> None:
-    """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once)."""
+             collective_host_s: float = 0.0, *, sharing: bool = False, exact: bool = False) -> FlowBook | None:
+    """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once).
+
+    `sharing`: price calls with their static concurrency (symmetric mode only: with `exact` every
+    rank is its own class and the engine shares links among the groups' separate tasks) and return
+    a FlowBook of per-resource work when the comm model can give it (`demand`), else None."""
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
     cache: dict[tuple, float] = {}
     groups: dict[tuple, tuple[int, ...]] = {}
+    gpn = cluster.gpus_per_node
+    demand_of = getattr(comm, "demand", None) if sharing else None
+    book = FlowBook(gpn) if demand_of is not None else None
+    conc_cache: dict[tuple, int] = {}
+
+    def concurrency(key: tuple, group: tuple[int, ...], siblings: object) -> int:
+        if not sharing or exact:
+            return 1
+        if key not in conc_cache:
+            assert callable(siblings)
+            conc_cache[key] = group_concurrency(siblings(), group, gpn)
+        return conc_cache[key]
+
+    def call(collective: str, size: float, group: tuple[int, ...], conc: int) -> tuple[float, Demand | None]:
+        if demand_of is None:
+            return comm.time(collective, size, group, conc), None
+        t = comm.time(collective, size, group, conc)
+        return t, demand_of(collective, size, group, conc)
+
+    def stage_of(rank: int) -> int:
+        return mesh.coords(rank)["pp"]
+
+    def pair_time(collective: str, size: float, a: int, b: int) -> tuple[float, Demand | None]:
+        sa, sb = stage_of(a), stage_of(b)
+        conc = concurrency(("pair", sa, sb), (a, b), lambda: _pair_siblings(mesh, sa, sb))
+        return call(collective, size, (a, b), conc)
 
     def cost(step: Step, stage_rank: int) -> float:
         if step.kind == "compute":
@@ -36,7 +128,12 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             gkey = ("group", step.axes, stage_rank)
             if gkey not in groups:
                 groups[gkey] = tuple(mesh.group_ranks(step.axes, stage_rank))
-            cache[key] = comm.time(step.collective, step.size_bytes, groups[gkey])
+            stage = stage_of(stage_rank)
+            conc = concurrency(("axes", step.axes, stage), groups[gkey],
+                               lambda: _axes_siblings(mesh, step.axes, stage))
+            cache[key], dem = call(step.collective, step.size_bytes, groups[gkey], conc)
+            if book is not None and dem is not None:
+                book.steps[key] = dem
         return cache[key]
 
     n = len(program.chunks)
@@ -56,14 +153,21 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             _overlap_tp_comm(ch.bwd, mesh.tp)
         if ch.chunk < n - 1:
             nxt = mesh.rank({"pp": (ch.pp_rank + 1) % mesh.pp})
-            ch.send_fwd_s = comm.time("send_recv", ch.send_fwd_bytes, (stage_rank, nxt))
+            ch.send_fwd_s, dem = pair_time("send_recv", ch.send_fwd_bytes, stage_rank, nxt)
+            if book is not None and dem is not None:
+                book.sends[(ch.chunk, "F")] = dem
         if ch.chunk > 0:
             prv = mesh.rank({"pp": (ch.pp_rank - 1) % mesh.pp})
-            ch.send_bwd_s = comm.time("send_recv", ch.send_bwd_bytes, (stage_rank, prv))
+            ch.send_bwd_s, dem = pair_time("send_recv", ch.send_bwd_bytes, stage_rank, prv)
+            if book is not None and dem is not None:
+                book.sends[(ch.chunk, "B")] = dem
     emb = [ch for ch in program.chunks if ch.embedding_grad_bytes > 0]
     if len(emb) >= 2 and emb[0].pp_rank != emb[-1].pp_rank:
         a, b = mesh.rank({"pp": emb[0].pp_rank}), mesh.rank({"pp": emb[-1].pp_rank})
-        program.embedding_sync_s = comm.time("all_reduce", emb[0].embedding_grad_bytes, (a, b))
+        program.embedding_sync_s, dem = pair_time("all_reduce", emb[0].embedding_grad_bytes, a, b)
+        if book is not None:
+            book.embedding = dem
+    return book
 
 
 def _overlap_tp_comm(steps: list[Step], tp: int) -> None:

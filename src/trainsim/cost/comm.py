@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
@@ -302,6 +302,96 @@ class NcclComm:
             options.append(self._nvls(size_bytes, shape))
         allowed = [o for o in options if o.algorithm in self.algorithms] or options
         return min(allowed, key=lambda o: o.time_s)
+
+    def demand(self, collective: str, size_bytes: float, group: tuple[int, ...],
+               concurrency: int = 1) -> tuple[float, dict[str, float]]:
+        """(latency_s, {link key: work seconds}) of the call `time()` prices: latency + max(work) == time.
+
+        The latency is what the chosen algorithm/protocol takes with every link infinitely fast
+        (launch, base and hop latencies, and the rate a protocol caps by itself); the rest is the
+        bandwidth part, and each physical resource the group crosses gets the seconds it would need
+        to carry the call's bytes alone (the bottleneck gets the whole bandwidth part). Keys:
+        'intra<i>:<level name>' (a GPU's link at intra-node level i), 'rail' (a rank's own NIC
+        share), 'nic' (the node's NICs, whose share among `concurrency` groups is in the work)."""
+        choice = self.choose(collective, size_bytes, group, concurrency)
+        if choice.time_s <= 0:
+            return 0.0, {}
+        ranks = tuple(dict.fromkeys(group))
+        conc = max(1, int(concurrency))
+        shape = self._shape(ranks, conc)
+        fast = replace(shape, intra_gbps=math.inf, node_net_gbps=math.inf, rail_gbps=math.inf,
+                       nvls_gbps=math.inf if shape.nvls_gbps > 0 else 0.0)
+        algo = choice.algorithm
+        if algo == "ring":
+            latency = self._ring(collective, size_bytes, fast, choice.protocol).time_s
+        elif algo == "tree":
+            latency = self._tree(size_bytes, fast, choice.protocol).time_s
+        elif algo in ("nvls", "nvls_tree"):
+            latency = self._nvls(size_bytes, fast).time_s
+        elif collective == "send_recv":
+            latency = self._send_recv(size_bytes, ranks, fast).time_s
+        else:
+            latency = self._all_to_all(size_bytes, fast).time_s
+        latency = min(latency, choice.time_s)
+        weights = self._link_weights(collective, size_bytes, ranks, shape, algo, conc)
+        top = max(weights.values(), default=0.0)
+        bw_s = choice.time_s - latency
+        if top <= 0 or bw_s <= 0:
+            return choice.time_s, {}
+        return latency, {k: bw_s * w / top for k, w in weights.items() if w > 0}
+
+    def _link_weights(self, collective: str, size: float, ranks: tuple[int, ...], shape: _Shape, algo: str,
+                      concurrency: int) -> dict[str, float]:
+        """Relative seconds each physical resource needs for the call (the largest is the bottleneck);
+        their maximum is 1 / the bandwidth `time()` uses, so `demand()` stays consistent with it."""
+        cl = self.cluster
+        gpn = cl.gpus_per_node
+        by_node: dict[int, list[int]] = {}
+        for r in ranks:
+            by_node.setdefault(r // gpn, []).append(r % gpn)
+        gpu_share = max(1.0, concurrency * shape.per_node / gpn)
+        w: dict[str, float] = {}
+        net_scale = 1.0  # bytes through the network per byte of the bandwidth term
+        intra_scale = 1.0
+        on_node = shape.per_node > 1
+        if algo == "tree":
+            net_scale = 0.5 if shape.nodes == 2 else 1.0
+        elif algo in ("nvls", "nvls_tree"):
+            net_scale = (1.0 if shape.nodes == 2 else 2.0) / self.p.tree_efficiency
+            on_node = False
+            w["intra0:" + cl.intra_node_levels[0].name] = 1.0 / shape.nvls_gbps
+        elif collective == "send_recv":
+            gpn_pairs = [(ranks[0], ranks[1])] if len(ranks) == 2 else list(zip(ranks, ranks[1:] + ranks[:1],
+                                                                               strict=True))
+            crossing = Counter(a // gpn for a, b in gpn_pairs if a // gpn != b // gpn)
+            on_node = len(crossing) < len(gpn_pairs)
+            net_scale = float(max(crossing.values())) if crossing else 0.0
+        elif collective == "all_to_all":
+            n, k = shape.n, shape.per_node
+            intra_scale = (k - 1) / n * size if k > 1 else 0.0
+            net_scale = k * size * (n - k) / n if shape.multi_node else 0.0
+            on_node = k > 1
+        if on_node and intra_scale > 0:
+            span = 1
+            for i, level in enumerate(cl.intra_node_levels):
+                fans_out = any(len({r // span for r in loc}) > len({r // (span * level.size) for r in loc})
+                               for loc in by_node.values())
+                span *= level.size
+                if fans_out:
+                    kind = _link_type(level, False)
+                    gbps = level.bandwidth_gbps * self.p.link(kind).efficiency / gpu_share
+                    w[f"intra{i}:{level.name}"] = intra_scale / gbps
+        net = cl.network_level
+        if shape.multi_node and net is not None and net_scale > 0:
+            eff = self.p.link(_link_type(net, True)).efficiency
+            node_gbps = cl.nics_per_node * cl.nic_gbps * eff / concurrency
+            if collective == "send_recv":
+                w["rail"] = 1.0 / shape.rail_gbps
+                w["nic"] = net_scale / node_gbps
+            else:
+                w["rail"] = net_scale / (shape.per_node * shape.rail_gbps)
+                w["nic"] = net_scale / node_gbps
+        return w
 
     # -- group layout --------------------------------------------------------------------------
     def _shape(self, ranks: tuple[int, ...], concurrency: int) -> _Shape:

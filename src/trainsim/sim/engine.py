@@ -9,6 +9,13 @@ by Lee et al. 2025 ("Characterizing Compute-Communication Overlap in GPU-Acceler
 Distributed Deep Learning", arXiv:2507.03114). The slowdown is applied as a rate while the
 overlap lasts, not to whole tasks. Memory is tracked per class: each task holds its peak extra
 allocation while it runs (concurrent tasks add up) and leaves its net allocation when it ends.
+
+Bandwidth sharing (Proteus section VI-C): a task with a flow demand (graph.flow_demand) first
+spends its fixed latency, then becomes a flow over shared resources (a class's GPU links, a node's
+NICs) whose rate is its max-min fair share (sim.flows), recomputed whenever a flow starts or ends;
+a task's remaining work is rescheduled at the new rate as compute tasks are under gamma (set_rate).
+A compute task that absorbed feature collectives (graph.coarsen) is a flow from its start, and its
+rate is the gamma slowdown times its share.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ..compile.graph import ExecutionGraph
 from ..compile.program import Stream
+from .flows import max_min_rates
 
 OVERLAP_GAMMA = 0.189
 NS = len(Stream)
@@ -53,12 +61,25 @@ def _sync_points(graph: ExecutionGraph, n_classes: int) -> list[int]:
     return sync
 
 
+def _intensities(graph: ExecutionGraph) -> list[tuple[tuple[int, float], ...] | None]:
+    """Per task: (resource, work / bandwidth seconds) pairs, or None for a fixed-duration task."""
+    out: list[tuple[tuple[int, float], ...] | None] = [None] * len(graph)
+    for t, dem in enumerate(graph.flow_demand):
+        if not dem:
+            continue
+        bw_s = graph.duration_s[t] - (0.0 if graph.stream[t] == Stream.COMPUTE else graph.flow_latency_s[t])
+        if bw_s > 0:
+            out[t] = tuple((r, w / bw_s) for r, w in dem if w > 0)
+    return out
+
+
 def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool = True,
-        p2p_host_sync: bool = True) -> SimTrace:
+        p2p_host_sync: bool = True, bandwidth_sharing: bool = True) -> SimTrace:
     """Simulate the graph. Compute tasks also wait for the framework (host) to issue them: the host
     issues a class's compute stream in order, `host_s` per task, running ahead of the GPU except
     that with `p2p_host_sync` it waits for pipeline sends/receives to finish (Megatron's
-    batch_p2p_sync), so tiny kernels and pipeline hand-offs become host-bound as in real runs."""
+    batch_p2p_sync), so tiny kernels and pipeline hand-offs become host-bound as in real runs.
+    `bandwidth_sharing=False` ignores the graph's flow demands (every task keeps its duration)."""
     n = len(graph)
     n_classes = len(graph.classes)
     deps = graph.deps
@@ -89,10 +110,18 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     timeline: list[list[tuple[float, float]]] = [[(0.0, 0.0)] for _ in range(n_classes)]
     grad_active = [0] * n_classes
     run_task = [-1] * n_classes
-    run_left = [0.0] * n_classes  # full-speed seconds of work left at run_since
-    run_since = [0.0] * n_classes
-    run_rate = [1.0] * n_classes
+    left = [0.0] * n  # full-speed seconds of work left at `since` (rate-scaled tasks)
+    since = [0.0] * n
+    rate = [1.0] * n
     slow_rate = [1.0] * n
+    # bandwidth sharing state: intensities, current share, active flows, summed intensity per resource
+    flow = _intensities(graph) if bandwidth_sharing and any(graph.flow_demand) else [None] * n
+    has_flows = any(f is not None for f in flow)
+    share = [1.0] * n
+    active: dict[int, None] = {}
+    demand_load = [0.0] * len(graph.resources)
+    throttled = 0
+    flow_lat = graph.flow_latency_s if has_flows else [0.0] * n
     for t in range(n):
         if stream[t] == Stream.COMPUTE and gamma > 0:
             p = parts[t]
@@ -109,20 +138,68 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     heap: list[tuple[float, int, int, int]] = []
     seq = 0
 
-    def set_rate(c: int, now: float) -> None:
+    def reschedule(t: int, now: float) -> None:
+        """Move task t's finish to match its current rate (gamma slowdown x bandwidth share)."""
         nonlocal seq
-        t = run_task[c]
-        if t < 0:
+        r = share[t]
+        if stream[t] == Stream.COMPUTE:
+            c = graph.participants[t][0]
+            if grad_active[c] > 0:
+                r *= slow_rate[t]
+        if r == rate[t]:
             return
-        rate = slow_rate[t] if grad_active[c] > 0 else 1.0
-        if rate == run_rate[c]:
-            return
-        run_left[c] -= (now - run_since[c]) * run_rate[c]
-        run_since[c] = now
-        run_rate[c] = rate
+        left[t] -= (now - since[t]) * rate[t]
+        since[t] = now
+        rate[t] = r
         version[t] += 1
         seq += 1
-        heapq.heappush(heap, (now + max(run_left[c], 0.0) / rate, seq, t, version[t]))
+        heapq.heappush(heap, (now + max(left[t], 0.0) / r, seq, t, version[t]))
+
+    def set_rate(c: int, now: float) -> None:
+        t = run_task[c]
+        if t >= 0:
+            reschedule(t, now)
+
+    def refill(now: float) -> None:
+        """Recompute every active flow's max-min share and reschedule those whose share changed."""
+        nonlocal throttled
+        throttled = 0
+        for f, x in max_min_rates(active, flow).items():
+            if x < 1.0:
+                throttled += 1
+            if x != share[f]:
+                share[f] = x
+                reschedule(f, now)
+
+    def flow_start(t: int, now: float) -> None:
+        fl = flow[t]
+        assert fl is not None
+        active[t] = None
+        over = False
+        for r, u in fl:
+            demand_load[r] += u
+            if demand_load[r] > 1.0 + 1e-12:
+                over = True
+        if over or throttled:
+            refill(now)
+
+    def flow_end(t: int, now: float) -> None:
+        fl = flow[t]
+        assert fl is not None
+        del active[t]
+        for r, u in fl:
+            demand_load[r] -= u
+        if share[t] < 1.0 or throttled:
+            share[t] = 1.0
+            refill(now)
+
+    def comm_bandwidth_phase(t: int, now: float) -> None:
+        """A flow task's latency is over: its bandwidth part starts sharing links."""
+        nonlocal seq
+        left[t], since[t], rate[t], share[t] = dur[t] - flow_lat[t], now, 1.0, 1.0
+        seq += 1
+        heapq.heappush(heap, (now + max(left[t], 0.0), seq, t, version[t]))
+        flow_start(t, now)
 
     def try_start(t: int, now: float) -> None:
         nonlocal seq
@@ -173,20 +250,30 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         d = dur[t]
         if s == Stream.COMPUTE:
             c = graph.participants[t][0]
-            rate = slow_rate[t] if grad_active[c] > 0 else 1.0
+            r0 = slow_rate[t] if grad_active[c] > 0 else 1.0
             if use_host and issue_of[t] + host_path[t] - now > d:  # host-bound: kernels wait to be issued
                 d = issue_of[t] + host_path[t] - now
-            run_task[c], run_left[c], run_since[c], run_rate[c] = t, d, now, rate
-            finish_at = now + d / rate
+            run_task[c], left[t], since[t], rate[t] = t, d, now, r0
+            seq += 1
+            heapq.heappush(heap, (now + d / r0, seq, t, version[t]))
+            if flow[t] is not None:
+                flow_start(t, now)
         else:
-            finish_at = now + d
+            if flow[t] is not None:
+                lat = min(flow_lat[t], d)
+                if lat > 0:
+                    seq += 1
+                    heapq.heappush(heap, (now + lat, seq, t, -1))
+                else:
+                    comm_bandwidth_phase(t, now)
+            else:
+                seq += 1
+                heapq.heappush(heap, (now + d, seq, t, version[t]))
             if s == Stream.GRAD:
                 for c in graph.participants[t]:
                     grad_active[c] += 1
                     if grad_active[c] == 1:
                         set_rate(c, now)
-        seq += 1
-        heapq.heappush(heap, (finish_at, seq, t, version[t]))
 
     for q in range(len(qlist)):
         if qlist[q]:
@@ -197,11 +284,16 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         if t < 0:  # a compute task whose host issue time has come
             try_start(-1 - t, now)
             continue
+        if ver == -1:  # a flow's latency is over
+            comm_bandwidth_phase(t, now)
+            continue
         if ver != version[t]:
             continue
         end[t] = now
         done += 1
         s = stream[t]
+        if t in active:
+            flow_end(t, now)
         for c in graph.participants[t]:
             held[c] -= mem_peak[t]
             if mem_net[t]:
