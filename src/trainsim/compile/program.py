@@ -34,9 +34,10 @@ class Stream(IntEnum):
     FEATURE = 1  # TP / CP / EP activation collectives (Proteus: feature communication)
     GRAD = 2  # DP gradient sync, ZeRO gathers (Proteus: gradient communication)
     P2P = 3  # pipeline sends
+    MEMORY = 4  # loads/stores of offloaded parameters, gradients, optimizer states (ASTRA-sim memory nodes)
 
 
-STREAM_NAMES = ("compute", "feature-comm", "grad-comm", "pp-p2p")
+STREAM_NAMES = ("compute", "feature-comm", "grad-comm", "pp-p2p", "memory")
 
 
 @dataclass
