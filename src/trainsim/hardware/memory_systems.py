@@ -202,7 +202,20 @@ class HierarchicalPool:
 
     def timing(self, access: MemoryAccess) -> PipelineTiming:
         """Stages and per-stage hop times of a remote access (a store runs the same hops backwards)."""
-        loads = self.link_loads(access.size_bytes, access.in_switch_collective)
+        return self.timing_together([access])
+
+    def timing_together(self, accesses: list[MemoryAccess]) -> PipelineTiming:
+        """Remote accesses of the same direction issued at once share every link: their loads add up
+        per hop (e.g. a layer's expert weights loaded plainly while its dense weights are gathered in the
+        switches), then move as one chunked pipeline."""
+        if not accesses:
+            return PipelineTiming(0, {}, 0.0)
+        if len({a.kind for a in accesses}) > 1:
+            raise ValueError("accesses: loads and stores run in opposite directions; time them separately")
+        loads: dict[str, float] = {}
+        for a in accesses:
+            for hop, b in self.link_loads(a.size_bytes, a.in_switch_collective).items():
+                loads[hop] = loads.get(hop, 0.0) + b
         bw = {"rem2outsw": self.mem_side_out_gbps, "outsw2insw": self.gpu_side_out_gbps, "insw2gpu": self.in_node_gbps}
         return pipelined(loads, bw, self.chunk_bytes, "rem2outsw", self.latency_s)
 
@@ -271,10 +284,16 @@ class ZeroInfinityOffload:
         return self.remote_group_gbps * (self.n_remote_groups // self.n_nodes) / self.gpus_per_node
 
     def timing(self, access: MemoryAccess) -> PipelineTiming:
-        if access.in_switch_collective:
+        return self.timing_together([access])
+
+    def timing_together(self, accesses: list[MemoryAccess]) -> PipelineTiming:
+        """Accesses issued at once share the GPU's PCIe link and device share: their sizes add up."""
+        if any(a.in_switch_collective for a in accesses):
             raise ValueError("MemoryAccess.in_switch_collective: ZeRO-Infinity has no in-network collectives; "
                              "load the shard and price the all-gather with the comm model")
-        w = access.size_bytes
+        if len({a.kind for a in accesses}) > 1:
+            raise ValueError("accesses: loads and stores run in opposite directions; time them separately")
+        w = sum(a.size_bytes for a in accesses)
         if self.tier == "cpu":
             rate = min(self.pcie_gbps, self.tier_gbps_per_gpu)
             if self.cpu_dram_gbps is not None:
