@@ -195,3 +195,63 @@ def test_bad_parameters_one_line_errors(make, field: str) -> None:
         make()
     msg = str(err.value)
     assert msg.startswith(field) and "\n" not in msg
+
+
+# -- offload plumbing: memory nodes in the compiled training graph ------------------------------------
+
+def test_insert_offload_by_hand() -> None:
+    from trainsim.compile.offload import insert_offload
+    from trainsim.compile.program import Step
+
+    def comp(label: str, layer: str, deps: tuple[int, ...] | None = None) -> Step:
+        return Step(label, "compute", Stream.COMPUTE, "compute", layer, deps=deps)
+
+    steps = [comp("a1", "a"), comp("a2", "a"), comp("b1", "b"), comp("b2", "b", deps=(0, 2))]
+    out = insert_offload(steps, {"a": (10.0, 4.0), "b": (20.0, 6.0)}, "bwd")
+    assert [s.label for s in out] == ["a.params:load", "a1", "a2", "b.params:load", "b1", "b2",
+                                      "a.grads:store", "b.grads:store"]
+    load_a, a1, a2, load_b, b1, b2, store_a, store_b = out
+    assert load_a.deps == () and a1.deps == (0,) and a2.deps is None
+    assert load_b.deps == (1,)  # prefetched once the previous layer's first step is done
+    assert b1.deps == (2, 3)  # the step before it and its own load
+    assert b2.deps == (1, 4)  # explicit deps remapped
+    assert store_a.deps == (2,) and store_b.deps == (5,)
+    assert (load_a.stream, load_a.access, load_a.size_bytes, load_a.alloc_bytes) == (Stream.MEMORY, "load", 10.0, 10.0)
+    assert a2.free_bytes == 10.0 and a2.alloc_bytes == 4.0  # weights dropped, gradient buffer until stored
+    assert (store_b.access, store_b.size_bytes, store_b.free_bytes) == ("store", 6.0, 6.0)
+
+
+def _small_job(offload: str) -> dict:
+    return {"model": {"name": "gpt3-13b", "layers": 4, "hidden": 1024, "heads": 8, "ffn": 4096, "seq_len": 512},
+            "cluster": {"name": "dgx-h100", "nodes": 1},
+            "strategy": {"tp": 2, "dp": 4, "global_batch": 8, "zero": 3, "offload": offload}}
+
+
+def test_offload_simulation_memory_nodes() -> None:
+    from trainsim.api import simulate
+
+    runs = {o: simulate(_small_job(o)) for o in ("none", "cpu", "nvme", "remote")}
+    base = runs["none"]
+    assert base.memory[0].static_bytes > 0
+    for o in ("cpu", "nvme", "remote"):
+        r = runs[o]
+        g = r.graph
+        assert g is not None
+        mem = [t for t in range(len(g)) if g.stream[t] == Stream.MEMORY]
+        loads = [t for t in mem if g.name[t].endswith("params:load")]
+        stores = [t for t in mem if g.name[t].endswith("grads:store")]
+        m = 2  # global batch 8 / (micro-batch 1 x dp 4)
+        assert len(mem) == len(loads) + len(stores) and len(loads) == 2 * len(stores) and len(stores) % m == 0
+        assert r.memory[0].static_bytes == 0.0 and r.memory[0].peak_bytes < base.memory[0].peak_bytes
+        assert r.iteration_time_s >= base.iteration_time_s  # loads can hide behind compute, never speed it up
+    assert runs["nvme"].iteration_time_s > runs["cpu"].iteration_time_s  # 3 GB/s NVMe vs 52.7 GB/s PCIe
+    assert runs["nvme"].breakdown["offload"] > 0  # NVMe loads stall the compute stream
+
+
+def test_offload_bad_value_one_line() -> None:
+    from trainsim.api import simulate
+    from trainsim.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        simulate(_small_job("tape"))
+    assert str(err.value).startswith("strategy.offload") and "\n" not in str(err.value)

@@ -18,6 +18,7 @@ from .cost.comm import CommModel, NcclComm
 from .cost.compute import RooflineCompute
 from .cost.memory import RUNTIME_RESERVED_BYTES, static_memory
 from .cost.multidim import AnalyticalComm
+from .cost.offload import offload_memory_system
 from .errors import ConfigError
 from .hardware.cluster import CLUSTERS, Cluster, get_cluster
 from .hardware.devices import get_device
@@ -124,7 +125,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         zero=3 if s.fsdp else s.zero, recompute=s.recompute,
                         schedule="interleaved" if s.vpp > 1 else s.schedule, micro_batch=s.micro_batch,
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
-                        overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap)
+                        overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap,
+                        offload=s.offload)
 
 
 def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
@@ -210,7 +212,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
                        if job.simulation.comm_model == "analytical" else NcclComm(cl, cal.comm or None))
     sharing = job.simulation.bandwidth_sharing
     flows = annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s, sharing=sharing,
-                     exact=job.simulation.exact)
+                     exact=job.simulation.exact, memory=offload_memory_system(spec.offload, cl))
     by_rank: dict[int, list] = defaultdict(list)
     for ch in program.chunks:
         by_rank[ch.pp_rank].append(ch)

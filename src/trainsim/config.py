@@ -58,6 +58,10 @@ class StrategySpec(_Strict):
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = Field(False, description="ZeRO parameter all-gather hidden behind the next forward")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with their GEMMs (TE userbuffers)")
+    offload: Literal["none", "cpu", "nvme", "remote"] = Field(
+        "none", description="keep parameters, gradients and optimizer states in CPU DRAM / NVMe (ZeRO-Infinity) or "
+        "a disaggregated pool (ASTRA-sim HierMem): each layer's weights are loaded before its forward and "
+        "backward and its gradients stored after, on the memory stream")
 
 
 class SimulationSpec(_Strict):

@@ -410,14 +410,16 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             if ph == "F" and mb == 0 and param_gather.get((cid, c)):
                 ids.append(g.add(f"F0 c{c} wait for parameter all-gather", "compute", Stream.COMPUTE, "dp", 0.0,
                                  (cid,), [ids[-1], *param_gather[(cid, c)]], mb))
-            first_last[(cid, c, ph, mb)] = (ids[0], ids[-1])
+            # offload loads/stores (MEMORY stream) neither receive nor send activations
+            body = [t for t in ids if g.stream[t] != Stream.MEMORY] or ids
+            first_last[(cid, c, ph, mb)] = (body[0], body[-1])
             if ph == "B":
                 last_b[cid] = ids[-1]
             send_bytes = ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes
             if (ph == "F" and c < n_chunks - 1) or (ph == "B" and c > 0):
                 dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
                 p2p[(cid, c, ph, mb)] = g.add(f"{ph}{mb} c{c} send {send_bytes / 1e6:.1f} MB", "p2p", Stream.P2P,
-                                              "pp", dur, (cid,), [ids[-1]], mb)
+                                              "pp", dur, (cid,), [body[-1]], mb)
                 if flows is not None:
                     note_flow(p2p[(cid, c, ph, mb)], fit_demand(flows.send_demand(c, ph), dur))
         if has_grad and not tree.overlap_grad_reduce:

@@ -45,7 +45,7 @@ class Step:
     """One task of a template; `deps` are template indices (None: the previous step)."""
 
     label: str
-    kind: str  # compute | collective
+    kind: str  # compute | collective | memory
     stream: int
     category: str  # compute | recompute | optimizer | tp | cp | ep | dp | pp
     layer: str = ""
@@ -64,6 +64,7 @@ class Step:
     duration_s: float = 0.0  # filled by the cost models (cost.annotate)
     host_s: float = 0.0  # framework (CPU) time to issue this step, filled by cost.annotate
     parts: dict[str, float] | None = None  # category split when several steps were fused into one
+    access: str = ""  # memory steps: load | store of `size_bytes` (remote), priced by the memory system
 
 
 @dataclass
@@ -86,6 +87,7 @@ class ChunkProgram:
     embedding_grad_bytes: float = 0.0  # tied embedding/head weight on this chunk (for the cross-stage sum)
     send_fwd_s: float = 0.0  # filled by cost.annotate
     send_bwd_s: float = 0.0
+    offload: str = "none"  # where its parameters, gradients and optimizer states live (compile.offload)
 
 
 @dataclass
@@ -387,6 +389,10 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
     prev: tuple[Layout, float] | None = None
     layer_inputs: dict[str, tuple[Layout, float] | None] = {}
     zero3 = tree.zero_stage >= 3
+    offload = tree.offload != "none"
+    if offload:
+        from .offload import insert_offload  # compile.offload builds Steps: imported here, not at module load
+    offload_sizes: dict[str, tuple[float, float]] = {}  # layer -> (parameter, gradient) bytes per rank
     for c in range(n_chunks):
         ch = chunks[c]
         first: dict[str, int] = {}
@@ -398,11 +404,17 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
             first[layer.name] = len(ch.fwd)
             prev = lw.forward_layer(layer, node.leaf, rc, prev, ch.fwd)
             tied_here = layer.tied_to is not None and rank_of.get(layer.tied_to) == rank_of[layer.name]
+            params0, grads0 = ch.params_local, ch.grads_local
             lw.grad_sync(layer, node.leaf, ch, tied_here)
+            offload_sizes[layer.name] = ((ch.params_local - params0) * precision.param_bytes,
+                                         (ch.grads_local - grads0) * precision.grad_bytes)
             if zero3:
                 gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
         ch.send_fwd_bytes = prev[1] if prev and c < n_chunks - 1 else 0.0
         ch.fwd = _insert_zero3(ch.fwd, first, gathers, "fwd")
+        if offload:
+            ch.offload = tree.offload
+            ch.fwd = insert_offload(ch.fwd, offload_sizes, "fwd")
     # the loss must end replicated (vocab-parallel cross-entropy all-reduces its statistics)
     last = chunks[-1]
     if prev is not None:
@@ -421,6 +433,8 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
                 gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
         ch.send_bwd_bytes = grad[1] if grad and c > 0 else 0.0
         ch.bwd = _insert_zero3(ch.bwd, first, gathers, "bwd")
+        if offload:
+            ch.bwd = insert_offload(ch.bwd, offload_sizes, "bwd")
     m = sched.n_micro_batch
     for ch in chunks:
         for s in ch.fwd + ch.bwd:

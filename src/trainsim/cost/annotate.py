@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..compile.program import Program, Step
 from ..hardware.cluster import Cluster
+from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
 from ..workload.ir import OpKind
 from .comm import CommModel
@@ -78,12 +79,14 @@ def _pair_siblings(mesh: DeviceMesh, stage: int, other: int) -> list[tuple[int, 
 
 
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,
-             collective_host_s: float = 0.0, *, sharing: bool = False, exact: bool = False) -> FlowBook | None:
+             collective_host_s: float = 0.0, *, sharing: bool = False, exact: bool = False,
+             memory: MemorySystem | None = None) -> FlowBook | None:
     """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once).
 
     `sharing`: price calls with their static concurrency (symmetric mode only: with `exact` every
     rank is its own class and the engine shares links among the groups' separate tasks) and return
-    a FlowBook of per-resource work when the comm model can give it (`demand`), else None."""
+    a FlowBook of per-resource work when the comm model can give it (`demand`), else None.
+    `memory` prices memory steps (offload loads/stores, compile.offload)."""
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
@@ -122,6 +125,14 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             key = (id(step.op), tuple(sorted(step.local.items())), step.phase if step.phase != "recompute" else "fwd")
             if key not in cache:
                 cache[key] = compute.op_time(step.op, step.local, step.phase, device, dtype)
+            return cache[key]
+        if step.kind == "memory":
+            if memory is None:
+                raise ValueError(f"step '{step.label}' is a memory access but no memory system was given; "
+                                 "pass memory= to annotate (cost.offload.offload_memory_system)")
+            key = ("memory", step.access, step.size_bytes)
+            if key not in cache:
+                cache[key] = memory.time_s(MemoryAccess(step.access, step.size_bytes, "remote"))
             return cache[key]
         key = (step.collective, step.size_bytes, step.axes, stage_rank)
         if key not in cache:

@@ -28,9 +28,11 @@ class StaticMemory:
 
 
 def static_memory(chunks: list[ChunkProgram], precision: Precision) -> StaticMemory:
-    """Bytes one rank holds for the chunks it runs (ZeRO sharding already in the local counts)."""
+    """Bytes one rank holds for the chunks it runs (ZeRO sharding already in the local counts). Offloaded
+    chunks keep their states off the GPU (compile.offload: loaded and stored per layer, held transiently)."""
+    kept = [c for c in chunks if c.offload == "none"]
     return StaticMemory(
-        params_bytes=sum(c.params_local for c in chunks) * precision.param_bytes,
-        grads_bytes=sum(c.grads_local for c in chunks) * precision.grad_bytes,
-        optimizer_bytes=sum(c.optimizer_params_local for c in chunks) * precision.optimizer_bytes,
+        params_bytes=sum(c.params_local for c in kept) * precision.param_bytes,
+        grads_bytes=sum(c.grads_local for c in kept) * precision.grad_bytes,
+        optimizer_bytes=sum(c.optimizer_params_local for c in kept) * precision.optimizer_bytes,
     )

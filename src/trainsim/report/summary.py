@@ -9,7 +9,8 @@ from ..sim.result import BREAKDOWN_KEYS, SimulationResult
 
 LABELS = {"compute": "compute", "recompute": "recompute (fwd again)", "optimizer": "optimizer step",
           "tp": "exposed comm: TP", "cp": "exposed comm: CP", "ep": "exposed comm: EP (all-to-all)",
-          "dp": "exposed comm: DP (grads)", "pp": "exposed comm: PP (p2p)", "bubble": "pipeline bubble",
+          "dp": "exposed comm: DP (grads)", "pp": "exposed comm: PP (p2p)",
+          "offload": "exposed memory: offload loads/stores", "bubble": "pipeline bubble",
           "idle": "idle (waiting)"}
 
 

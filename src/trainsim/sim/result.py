@@ -10,8 +10,9 @@ from ..compile.graph import ExecutionGraph
 from ..compile.program import STREAM_NAMES, Stream
 from .engine import SimTrace
 
-BREAKDOWN_KEYS = ("compute", "recompute", "optimizer", "tp", "cp", "ep", "dp", "pp", "bubble", "idle")
-COMM_PRIORITY = ("tp", "cp", "ep", "pp", "dp")  # exposed time goes to the most blocking kind first
+BREAKDOWN_KEYS = ("compute", "recompute", "optimizer", "tp", "cp", "ep", "dp", "pp", "offload", "bubble", "idle")
+# exposed time goes to the most blocking kind first; offload = memory-stream loads/stores (compile.offload)
+COMM_PRIORITY = ("tp", "cp", "ep", "pp", "offload", "dp")
 
 
 @dataclass

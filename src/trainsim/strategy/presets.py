@@ -39,6 +39,7 @@ class ParallelSpec:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    offload: str = "none"  # none | cpu | nvme | remote (parameters/gradients/optimizer states off the GPU)
 
 
 def _require(cond: bool, field: str, problem: str, fix: str) -> None:
@@ -64,6 +65,8 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
     _require(p.recompute in RECOMPUTE_MODES, "recompute", f"unknown recompute mode '{p.recompute}'",
              f"use one of {', '.join(RECOMPUTE_MODES)}")
     _require(0 <= p.zero <= 3, "zero", f"ZeRO stage must be 0..3, got {p.zero}", "use 0, 1, 2 or 3 (3 = FSDP)")
+    _require(p.offload in ("none", "cpu", "nvme", "remote"), "offload", f"unknown offload target '{p.offload}'",
+             "use none, cpu, nvme or remote")
     if p.vpp > 1:
         _require(p.pp > 1, "vpp", "virtual pipeline stages need pipeline parallelism", "set --pp > 1 or --vpp 1")
     if p.schedule == "interleaved" and p.vpp == 1:
@@ -179,6 +182,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.overlap_grad_reduce = p.overlap_grad_reduce
     tree.overlap_param_gather = p.overlap_param_gather
     tree.tp_comm_overlap = p.tp_comm_overlap
+    tree.offload = p.offload
     m = p.global_batch // (p.micro_batch * p.dp)
     kind = "interleaved" if p.vpp > 1 else p.schedule
     tree.root.schedule = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp)
