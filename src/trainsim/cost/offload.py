@@ -1,8 +1,8 @@
 """The memory system that prices offload loads/stores (strategy.offload) on a given cluster.
 
 Defaults, per GPU, with every GPU of a node transferring at once:
-- PCIe: H100/H200/B200 on Gen5 x16: 52.7 GB/s, the pinned host->device copy rate measured on an H100
-  SXM (trainsim/data/transfers/h100_memcpy.csv, >= 64 MiB); A100 (Gen4): half of that (assumption);
+- PCIe: H100/H200/B200 on Gen5 x16: 52.7 GB/s, the pinned host->device copy rate (256 MiB) measured on an H100
+  SXM (trainsim/data/transfers/h100_memcpy.csv; 52.5-54.7 GB/s from 64 MiB up); A100 (Gen4): half (assumption);
   older parts (Gen3): 12 GB/s, the single-GPU DGX-2 figure reported by the ZeRO-Infinity authors
   (github.com/deepspeedai/DeepSpeed/issues/1137).
 - cpu: CPU DRAM is taken not to limit below PCIe (one offload device per node carrying PCIe x GPUs).
