@@ -53,6 +53,12 @@ class ExecutionGraph:
     flow_demand: list[tuple[tuple[int, float], ...] | None] = field(default_factory=list)
     resources: list[str] = field(default_factory=list)
     _resource_ids: dict[str, int] = field(default_factory=dict, repr=False)
+    # what a task moves, for Chakra ET export (trace.chakra): the collective ("all_reduce", ...; "send_recv"
+    # for a pipeline send; "load" / "store" for a memory task; "" for none), its bytes in nccl-tests'
+    # convention (memory: bytes per rank) and the ranks of its group for the class's first rank
+    comm_op: list[str] = field(default_factory=list)
+    comm_bytes: list[float] = field(default_factory=list)
+    comm_ranks: list[tuple[int, ...]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.name)
@@ -60,7 +66,8 @@ class ExecutionGraph:
     def add(self, name: str, kind: str, stream: int, category: str, duration_s: float, classes: tuple[int, ...],
             deps: list[int], mb: int = -1, parts: dict[str, float] | None = None, mem_peak: float = 0.0,
             mem_net: float = 0.0, host_s: float = 0.0, host_path_s: float | None = None,
-            flow_latency_s: float = 0.0, flow_demand: tuple[tuple[int, float], ...] | None = None) -> int:
+            flow_latency_s: float = 0.0, flow_demand: tuple[tuple[int, float], ...] | None = None,
+            comm_op: str = "", comm_bytes: float = 0.0, comm_ranks: tuple[int, ...] = ()) -> int:
         t = len(self.name)
         self.name.append(name)
         self.kind.append(kind)
@@ -77,6 +84,9 @@ class ExecutionGraph:
         self.micro_batch.append(mb)
         self.flow_latency_s.append(flow_latency_s)
         self.flow_demand.append(flow_demand)
+        self.comm_op.append(comm_op)
+        self.comm_bytes.append(comm_bytes)
+        self.comm_ranks.append(comm_ranks)
         for c in classes:
             self.queues[(c, stream)].append(t)
         return t
@@ -115,6 +125,8 @@ class _Spec:
     host_path_s: float = 0.0
     flow_latency_s: float = 0.0
     flow: dict[str, float] | None = None  # work seconds by link key (fused comm load, see coarsen)
+    comm_op: str = ""  # the step's collective or memory access ("" once fused into compute)
+    comm_bytes: float = 0.0
 
 
 Demand = tuple[float, dict[str, float]]
@@ -237,7 +249,8 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     for i, s in enumerate(steps):
         single = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
                        max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
-                       s.host_s, max(s.duration_s, s.host_s))
+                       s.host_s, max(s.duration_s, s.host_s), comm_op=s.collective or s.access,
+                       comm_bytes=s.size_bytes)
         if demand_of is not None:
             if i in fused_work:
                 single.flow = dict(fused_work[i])
@@ -267,6 +280,7 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
             prev.stream = Stream.COMPUTE
             prev.flow = _add_work(prev.flow, single.flow)
             prev.flow_latency_s = 0.0
+            prev.comm_op, prev.comm_bytes = "", 0.0
             prev.category = max(parts, key=lambda k: parts[k])
             prev.label = prev.label.split(" .. ")[0] + " .. " + s.label
             remap[i] = len(out) - 1
@@ -324,6 +338,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         return spec_cache[key]
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
+    group_of: dict[tuple[tuple[str, ...], int], tuple[int, ...]] = {}  # (axes, rank) -> group ranks
     first_last: dict[tuple[int, int, str, int], tuple[int, int]] = {}
     p2p: dict[tuple[int, int, str, int], int] = {}
     last_b: dict[int, int] = {}
@@ -335,15 +350,19 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         return rank if exact else mesh.coords(rank)["pp"]
 
     def collective_task(name: str, stream: int, cat: str, dur: float, cid: int, rank: int, axes: tuple[str, ...],
-                        deps: list[int], mb: int, key: tuple, extra: tuple[int, ...] = ()) -> int:
+                        deps: list[int], mb: int, key: tuple, extra: tuple[int, ...] = (), op: str = "",
+                        size: float = 0.0) -> int:
+        if (axes, rank) not in group_of:
+            group_of[(axes, rank)] = tuple(mesh.group_ranks(axes, rank)) if axes else (rank,)
+        members = group_of[(axes, rank)]
+        comm = {"comm_op": op, "comm_bytes": size, "comm_ranks": members}
         if not exact:
-            return g.add(name, "collective", stream, cat, dur, (cid, *extra), deps, mb)
-        members = tuple(mesh.group_ranks(axes, rank)) if axes else (rank,)
+            return g.add(name, "collective", stream, cat, dur, (cid, *extra), deps, mb, **comm)
         k = (*key, members[0], extra)
         if k in shared:
             g.join(shared[k], cid, deps)
             return shared[k]
-        t = g.add(name, "collective", stream, cat, dur, (cid,), deps, mb)
+        t = g.add(name, "collective", stream, cat, dur, (cid,), deps, mb, **comm)
         shared[k] = t
         return t
 
@@ -356,7 +375,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             if bucket is not None and s.grad_bucket != bucket:
                 continue
             t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [dep], m - 1,
-                                ("grad", ch.chunk, s.label, s.axes))
+                                ("grad", ch.chunk, s.label, s.axes), op=s.collective, size=s.size_bytes)
             note_flow(t, step_flow(ch, s))
             grad_tasks[cid].append(t)
 
@@ -372,7 +391,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 ch = chunks[vc * pp + r]
                 for s in ch.post_step:
                     t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [], 0,
-                                        ("post", ch.chunk, s.label, s.axes))
+                                        ("post", ch.chunk, s.label, s.axes), op=s.collective, size=s.size_bytes)
                     note_flow(t, step_flow(ch, s))
                     param_gather[(cid, ch.chunk)].append(t)
     for rank in reps:
@@ -393,7 +412,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 name = f"{ph}{mb} c{c} {sp.label}"
                 if sp.kind == "collective":
                     t = collective_task(name, sp.stream, sp.category, sp.duration_s, cid, rank, sp.axes, deps, mb,
-                                        (c, ph, mb, j))
+                                        (c, ph, mb, j), op=sp.comm_op, size=sp.comm_bytes)
                     g.mem_peak_bytes[t] = max(g.mem_peak_bytes[t], sp.mem_peak)
                     g.mem_net_bytes[t] = sp.mem_net
                     g.host_s[t] = sp.host_s
@@ -401,7 +420,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 else:
                     t = g.add(name, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps, mb,
                               dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net, sp.host_s,
-                              sp.host_path_s)
+                              sp.host_path_s, comm_op=sp.comm_op, comm_bytes=sp.comm_bytes,
+                              comm_ranks=(rank,) if sp.comm_op else ())
                 if sp.flow:
                     note_flow(t, (sp.flow_latency_s, sp.flow))
                 ids.append(t)
@@ -418,8 +438,10 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             send_bytes = ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes
             if (ph == "F" and c < n_chunks - 1) or (ph == "B" and c > 0):
                 dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
+                dst = mesh.rank({**mesh.coords(rank), "pp": ((c + 1) if ph == "F" else (c - 1)) % pp})
                 p2p[(cid, c, ph, mb)] = g.add(f"{ph}{mb} c{c} send {send_bytes / 1e6:.1f} MB", "p2p", Stream.P2P,
-                                              "pp", dur, (cid,), [body[-1]], mb)
+                                              "pp", dur, (cid,), [body[-1]], mb, comm_op="send_recv",
+                                              comm_bytes=send_bytes, comm_ranks=(rank, dst))
                 if flows is not None:
                     note_flow(p2p[(cid, c, ph, mb)], fit_demand(flows.send_demand(c, ph), dur))
         if has_grad and not tree.overlap_grad_reduce:
@@ -452,13 +474,15 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 continue
             a, b = cls_of(rank), peer(rank, emb[-1].pp_rank)
             deps = [last_b[a], last_b[b]]
+            comm = {"comm_op": "all_reduce", "comm_bytes": emb[0].embedding_grad_bytes,
+                    "comm_ranks": (rank, mesh.rank({**mesh.coords(rank), "pp": emb[-1].pp_rank}))}
             if exact:
                 t = g.add("embedding grads:all_reduce", "collective", Stream.GRAD, "dp", program.embedding_sync_s,
-                          (a,), deps)
+                          (a,), deps, **comm)
                 g.join(t, b, [])
             else:
                 t = g.add("embedding grads:all_reduce", "collective", Stream.GRAD, "dp", program.embedding_sync_s,
-                          (a, b), deps)
+                          (a, b), deps, **comm)
             if flows is not None:
                 note_flow(t, fit_demand(flows.embedding, program.embedding_sync_s))
             grad_tasks[a].append(t)
