@@ -1,0 +1,1 @@
+"""Execution graphs from and to traces: Chakra ET import/export (trace.chakra)."""
