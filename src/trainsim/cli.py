@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .cli_chakra import chakra_app
 from .config import DEFAULT_JOB, dump_yaml, load_yaml, merge, parse_job
 from .errors import ConfigError
 
@@ -407,6 +408,9 @@ def clusters() -> None:
         p.add_row(pre.name, pre.spec, ", ".join(f"{b:.4g} ({b / GIB_PER_S_IN_GBPS:.4g})" for b in pre.bandwidths_gbps),
                   ", ".join(f"{x:g}" for x in pre.latencies_ns), pre.description)
     Console().print(p)
+
+
+app.add_typer(chakra_app, name="chakra")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,118 @@
+"""`trainsim chakra export | run`: write a job as Chakra ET for ASTRA-sim, or simulate an ET workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .config import DEFAULT_JOB, load_yaml, merge, parse_job
+from .errors import ConfigError
+
+chakra_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                         help="Chakra execution traces (ASTRA-sim 2.0 workloads): export a job, run a trace.")
+
+Opt = typer.Option
+
+
+def parse_ranks(text: str | None) -> list[int] | None:
+    """'0-3,8' -> [0, 1, 2, 3, 8]; None -> None (every rank)."""
+    if text is None:
+        return None
+    out: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            lo, _, hi = part.partition("-")
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise ConfigError("--ranks", f"'{text}' is not a rank list", "write e.g. --ranks 0-7,16") from None
+    if not out:
+        raise ConfigError("--ranks", "no ranks given", "write e.g. --ranks 0-7,16")
+    return out
+
+
+@chakra_app.command("export")
+def export(
+    config: Annotated[Path | None, typer.Argument(help="YAML job file, as for `trainsim simulate`")] = None,
+    out: Annotated[Path, Opt(help="directory for <prefix>.<rank>.et and <prefix>.comm_group.json")] = Path("chakra"),
+    prefix: Annotated[str | None, Opt(help="file prefix (default: the model name)")] = None,
+    ranks: Annotated[str | None, Opt(help="only these ranks, e.g. 0-7,16 (default: all)")] = None,
+    model: Annotated[str | None, Opt(help="model name (trainsim models)")] = None,
+    cluster: Annotated[str | None, Opt(help="cluster preset (trainsim clusters)")] = None,
+    nodes: Annotated[int | None, Opt(help="number of nodes")] = None,
+    dp: Annotated[int | None, Opt(help="data-parallel degree")] = None,
+    tp: Annotated[int | None, Opt(help="tensor-parallel degree")] = None,
+    pp: Annotated[int | None, Opt(help="pipeline-parallel degree")] = None,
+    cp: Annotated[int | None, Opt(help="context-parallel degree")] = None,
+    ep: Annotated[int | None, Opt(help="expert-parallel degree")] = None,
+    vpp: Annotated[int | None, Opt(help="virtual stages per pipeline rank")] = None,
+    sp: Annotated[bool | None, Opt("--sp/--no-sp", help="sequence parallelism with TP")] = None,
+    zero: Annotated[int | None, Opt(help="ZeRO stage 0-3")] = None,
+    recompute: Annotated[str | None, Opt(help="none | selective | full")] = None,
+    schedule: Annotated[str | None, Opt(help="gpipe | 1f1b | interleaved")] = None,
+    micro_batch: Annotated[int | None, Opt(help="micro-batch size per data-parallel rank")] = None,
+    global_batch: Annotated[int | None, Opt(help="global batch")] = None,
+    seq_len: Annotated[int | None, Opt(help="sequence length (tokens)")] = None,
+    layers: Annotated[int | None, Opt(help="override number of layers")] = None,
+    dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | tf32 | fp32")] = None,
+    granularity: Annotated[str, Opt(help="op (every collective a COMM node) | layer | auto (TP collectives fused "
+                                    "into COMP nodes)")] = "op",
+) -> None:
+    """Write a job's execution graph as Chakra ET, one file per rank, for ASTRA-sim."""
+    flags: dict[str, Any] = {
+        "model": {"name": model, "seq_len": seq_len, "layers": layers},
+        "cluster": {"name": cluster, "nodes": nodes},
+        "strategy": {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "sequence_parallel": sp,
+                     "zero": zero, "recompute": recompute, "schedule": schedule, "micro_batch": micro_batch,
+                     "global_batch": global_batch},
+        "simulation": {"dtype": dtype, "granularity": granularity, "bandwidth_sharing": False},
+    }
+    job_flags = any(v is not None for sec in ("model", "cluster", "strategy") for v in flags[sec].values())
+    base = load_yaml(config) if config is not None else ({} if job_flags else DEFAULT_JOB)
+    job = parse_job(merge(base, flags))
+    from .api import simulate
+    from .trace.chakra import write_chakra
+
+    result = simulate(job)
+    name = prefix or job.model.name
+    paths = write_chakra(result.graph, out, name, parse_ranks(ranks))
+    n_et = len(paths) - 1
+    print(f"wrote {n_et} Chakra ET files ({name}.<rank>.et, {result.n_gpus} ranks, {len(result.graph)} tasks "
+          f"simulated in {result.iteration_time_s * 1e3:.3f} ms) and {paths[-1].name} to {out}")
+    print(f"ASTRA-sim: --workload-configuration={out / name} --comm-group-configuration={paths[-1]}")
+
+
+@chakra_app.command("run")
+def run(
+    prefix: Annotated[Path, typer.Argument(help="workload prefix (DIR/NAME for DIR/NAME.<rank>.et) or directory")],
+    cluster: Annotated[str, Opt(help="cluster preset that prices uncosted nodes (trainsim clusters)")] = "dgx-a100",
+    nodes: Annotated[int | None, Opt(help="number of nodes (default: what the ranks need)")] = None,
+    durations: Annotated[str, Opt(help="model: price communication and memory with trainsim's models | recorded: "
+                                  "keep durations the trace carries")] = "model",
+    cpu_ops: Annotated[str, Opt(help="serial: CPU ops run on the compute stream | skip: they are free")] = "serial",
+    dtype: Annotated[str, Opt(help="dtype of the roofline peak for num_ops nodes")] = "bf16",
+    comm_groups: Annotated[Path | None, Opt(help="ASTRA-sim comm group JSON (default <prefix>.comm_group.json)")]
+        = None,
+    json_out: Annotated[Path | None, Opt("--json", help="write iteration time and counts as JSON")] = None,
+) -> None:
+    """Simulate a Chakra ET workload with trainsim's engine and print the iteration time."""
+    from .cost.calibration import load_calibration
+    from .sim.engine import run as simulate_graph
+    from .trace.chakra import load_chakra
+
+    graph = load_chakra(prefix, cluster, nodes=nodes, durations=durations, cpu_ops=cpu_ops, dtype=dtype,
+                        comm_groups=comm_groups)
+    cal = load_calibration(None)
+    trace = simulate_graph(graph, gamma=cal.gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=False)
+    iteration = max(trace.end_s, default=0.0)
+    counts = {k: graph.kind.count(k) for k in ("compute", "collective", "p2p", "memory")}
+    print(f"{prefix}: {len(graph.classes)} ranks, {len(graph)} tasks "
+          f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); iteration time {iteration * 1e3:.4f} ms")
+    if json_out is not None:
+        data = {"iteration_time_s": iteration, "ranks": len(graph.classes), "tasks": len(graph), **counts}
+        try:
+            json_out.write_text(json.dumps(data, indent=2))
+        except OSError as exc:
+            raise ConfigError("--json", f"cannot write {json_out}: {exc.strerror}", "choose a writable path") from None
