@@ -30,7 +30,9 @@ collective a rank issues in a group matching the k-th of every other member (AST
 collective id either). A send is one P2P task on the sender; its matching receive (same src, dst, tag,
 in issue order) costs no time of its own: whatever waits on the receive waits on the send instead.
 Streams run their tasks in order (CUDA semantics; a rank's nodes are ordered by a topological sort
-that keeps file order), where ASTRA-sim issues any dependency-free node on a free resource.
+that keeps file order), where ASTRA-sim issues any dependency-free node on a free resource and keeps
+one GPU op, one CPU op, one communication and one memory op in flight per NPU
+(astra-sim `workload/HardwareResource.cc`); trainsim overlaps collectives of different streams.
 
 Export (`write_chakra`) writes any ExecutionGraph so ASTRA-sim can run it. A class with many ranks (a
 pipeline stage in symmetric mode) is expanded into one file per rank, each rank's collectives over its
@@ -54,6 +56,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -550,22 +553,30 @@ def member_group(group: tuple[int, ...], rank: int) -> tuple[int, ...]:
     them are removed to find its group's base. A group that already holds `rank` is returned as is."""
     if rank in group:
         return tuple(sorted(group))
+    offs, axes = _lattice(tuple(group))
+    if axes is None:
+        raise ValueError(f"group {list(group)} is not a mesh group; cannot place rank {rank}")
+    comp = sum(((rank // s) % n) * s for s, n in axes)
+    return tuple(rank - comp + o for o in offs)
+
+
+@lru_cache(maxsize=4096)
+def _lattice(group: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...] | None]:
+    """A group's offsets from its lowest rank and its (stride, size) axes; None if it is no lattice."""
     base = min(group)
-    offs = sorted({x - base for x in group})
+    offs = tuple(sorted({x - base for x in group}))
     rest = set(offs)
     covered = [0]
     axes: list[tuple[int, int]] = []
     while len(covered) < len(offs):
-        stride = min(o for o in offs if o not in set(covered))
+        seen = set(covered)
+        stride = min(o for o in offs if o not in seen)
         size = 1
         while all(c + size * stride in rest for c in covered):
             size += 1
         axes.append((stride, size))
         covered = [c + j * stride for j in range(size) for c in covered]
-    if set(covered) != rest:
-        raise ValueError(f"group {list(group)} is not a mesh group; cannot place rank {rank}")
-    comp = sum(((rank // s) % n) * s for s, n in axes)
-    return tuple(sorted(rank - comp + o for o in offs))
+    return offs, (tuple(axes) if set(covered) == rest else None)
 
 
 def _field(values: list[Any], t: int, default: Any) -> Any:
@@ -661,7 +672,7 @@ def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "trai
             if 0 <= dst < world and owner[dst] in readers[t]:
                 node = base_node(t, graph.name[t], pb.COMM_SEND_NODE, t)
                 for key, v in (("comm_src", r), ("comm_dst", dst), ("comm_tag", t)):
-                    attr(node, key, int64_val=v)
+                    attr(node, key, int32_val=v)
                 attr(node, "comm_size", int64_val=round(size))
                 attr(node, A_BYTES, double_val=size)
                 return node
@@ -689,7 +700,7 @@ def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "trai
                         continue
                     recv = base_node(n + d, f"recv {graph.name[d]}", pb.COMM_RECV_NODE, d)
                     for key, v in (("comm_src", src), ("comm_dst", r), ("comm_tag", d)):
-                        attr(recv, key, int64_val=v)
+                        attr(recv, key, int32_val=v)
                     size = _field(graph.comm_bytes, d, 0.0)
                     attr(recv, "comm_size", int64_val=round(size))
                     attr(recv, A_BYTES, double_val=size)
