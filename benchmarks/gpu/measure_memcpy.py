@@ -26,10 +26,10 @@ def main() -> None:
         gpu_b = torch.empty(size, dtype=torch.uint8, device=dev)
         for pinned in (True, False):
             host = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
-            cases = [("h2d", lambda h=host: gpu_a.copy_(h, non_blocking=True)),
-                     ("d2h", lambda h=host: h.copy_(gpu_a, non_blocking=True))]
+            cases = [("h2d", lambda h=host, a=gpu_a: a.copy_(h, non_blocking=True)),
+                     ("d2h", lambda h=host, a=gpu_a: h.copy_(a, non_blocking=True))]
             if pinned:
-                cases.append(("d2d", lambda: gpu_b.copy_(gpu_a)))
+                cases.append(("d2d", lambda a=gpu_a, b=gpu_b: b.copy_(a)))
             for direction, fn in cases:
                 times = []
                 for i in range(reps + 3):
