@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from trainsim.api import simulate
 from trainsim.compile.graph import ExecutionGraph, RankClass
 from trainsim.compile.program import Stream
 from trainsim.cost.annotate import _axes_siblings, _pair_siblings, group_concurrency
-from trainsim.cost.comm import COLLECTIVES, CommParams, NcclComm
+from trainsim.cost.comm import COLLECTIVES, CommParams, NcclComm, port_key
 from trainsim.hardware.cluster import get_cluster
 from trainsim.sim.engine import run
 from trainsim.sim.flows import max_min_rates, resource_loads
@@ -146,7 +147,8 @@ def test_demand_is_consistent_with_time(cluster: tuple[str, int], collective: st
     latency, work = comm.demand(collective, size, group, concurrency)
     assert latency >= 0 and all(w > 0 for w in work.values())
     assert latency + max(work.values(), default=0.0) == pytest.approx(t, rel=1e-9, abs=1e-15)
-    assert set(work) <= {"rail", "nic"} | {f"intra{i}:{lv.name}" for i, lv in enumerate(cl.intra_node_levels)}
+    assert set(work) <= ({"rail", "nic"} | {f"intra{i}:{lv.name}" for i, lv in enumerate(cl.intra_node_levels)}
+                         | {port_key(i, lv) for i, lv in enumerate(cl.intra_node_levels) if lv.port_gbps})
 
 
 def test_static_concurrency_by_hand_dgx1_vs_dgx_a100() -> None:
@@ -184,6 +186,52 @@ def test_static_concurrency_slows_dgx1_not_dgx_a100() -> None:
     assert it("dgx1-v100", True) > 1.2 * it("dgx1-v100", False)
 
 
+def test_socket_link_divided_among_cross_socket_groups_by_hand() -> None:
+    """Proteus Fig. 5(a): on one 8-GPU two-socket box, gradient groups {0,4},{1,5},{2,6},{3,7} all cross
+    the QPI link between the sockets at once. pcie-titanxp's QPI level has a 6 GB/s port per socket
+    (NCCL BDW_QPI_BW): four groups get 1.5 GB/s each, so the bandwidth part of a 1 GiB all-reduce
+    (a 2-rank ring sends the whole buffer once) is exactly 4x its lone value, S / 6 GB/s plus the
+    Simple pipeline fill (under 1%). The per-GPU part of the level is unchanged."""
+    cl = get_cluster("pcie-titanxp")
+    assert cl.intra_node_levels[1].port_gbps == 6.0
+    mesh = DeviceMesh(tp=4, dp=2)
+    siblings = _axes_siblings(mesh, ("dp",), 0)
+    assert sorted(siblings) == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert group_concurrency(siblings, (0, 4), 8) == 4
+    comm, size = NcclComm(cl, CommParams()), float(2**30)
+    port, per_gpu = port_key(1, cl.intra_node_levels[1]), "intra1:qpi"
+    alone = comm.demand("all_reduce", size, (0, 4), 1)[1]
+    shared = comm.demand("all_reduce", size, (0, 4), 4)[1]
+    assert size / 6e9 <= alone[port] <= 1.01 * size / 6e9
+    assert shared[port] == pytest.approx(4 * alone[port], rel=1e-12)
+    assert shared[per_gpu] == pytest.approx(alone[per_gpu], rel=1e-12) == pytest.approx(alone[port], rel=1e-12)
+    # dp=2 x tp=2 x ... : two 4-rank rings {0,2,4,6}, {1,3,5,7} each cross QPI once per direction: 3 GB/s
+    two = comm.demand("all_reduce", size, (0, 2, 4, 6), 2)[1]
+    assert two[port] == pytest.approx(2 * two[per_gpu], rel=1e-12)
+    # all-to-all of 8 ranks: 4 members per socket each send 4/8 of their buffer across: the port carries
+    # 4 x 4/8 = 2 buffers against the 7/8 a rank sends in all: 16/7 lone flows at 6 GB/s
+    a2a = comm.demand("all_to_all", size, tuple(range(8)), 1)[1]
+    assert a2a[port] == pytest.approx(16 / 7 * a2a[per_gpu], rel=1e-12)
+    # a group inside one socket never touches the socket link
+    assert port not in comm.demand("all_reduce", size, (0, 1), 4)[1]
+    # without the port (ASTRA-sim's congestion-free per-NPU dimension) the four groups run at 6 GB/s each
+    pcie, qpi = cl.intra_node_levels
+    free = NcclComm(replace(cl, levels=(pcie, replace(qpi, port_gbps=None))), CommParams())
+    assert free.demand("all_reduce", size, (0, 4), 4)[1] == {per_gpu: pytest.approx(alone[per_gpu], rel=1e-12)}
+
+
+def test_cross_socket_groups_slow_hybrid_not_pure_dp() -> None:
+    """The Fig. 5(a) strategy (dp=2 x tp=4) slows down with sharing on; pure DP (one ring, crossing QPI
+    once each way) does not."""
+    def it(strategy: dict[str, Any], sharing: bool) -> float:
+        return simulate({"model": {"name": "gpt2"}, "cluster": {"name": "pcie-titanxp"},
+                         "strategy": {**strategy, "global_batch": 8},
+                         "simulation": {"bandwidth_sharing": sharing}}).iteration_time_s
+
+    assert it({"tp": 4}, True) > 1.05 * it({"tp": 4}, False)
+    assert it({}, True) == pytest.approx(it({}, False), rel=1e-9)
+
+
 # --------------------------------------------------------------------------------------------------
 # End to end
 # --------------------------------------------------------------------------------------------------
@@ -192,6 +240,7 @@ JOBS: dict[str, dict[str, Any]] = {
     "titanxp-tp2-pp2": {"cluster": {"name": "pcie-titanxp"}, "strategy": {"tp": 2, "pp": 2, "global_batch": 8}},
     "titanxp-tp4-pp2": {"cluster": {"name": "pcie-titanxp"}, "strategy": {"tp": 4, "pp": 2, "global_batch": 8}},
     "titanxp-dp8": {"cluster": {"name": "pcie-titanxp"}, "strategy": {"global_batch": 8}},
+    "titanxp-tp4-dp2": {"cluster": {"name": "pcie-titanxp"}, "strategy": {"tp": 4, "global_batch": 8}},
     "dgx1-tp4-dp4": {"cluster": {"name": "dgx1-v100", "nodes": 2}, "strategy": {"tp": 4, "global_batch": 16}},
     "dgx1-tp2-pp2": {"cluster": {"name": "dgx1-v100", "nodes": 2}, "strategy": {"tp": 2, "pp": 2,
                                                                                  "global_batch": 16}},
@@ -213,7 +262,8 @@ def test_sharing_never_makes_an_iteration_faster(name: str) -> None:
     assert all(d is None for d in off.graph.flow_demand) and not off.graph.resources
 
 
-@pytest.mark.parametrize("name", ["titanxp-tp2-pp2", "dgx1-tp4-dp4", "dgx1-tp2-pp2", "dgx1-pp2-dp8"])
+@pytest.mark.parametrize("name", ["titanxp-tp2-pp2", "titanxp-tp4-pp2", "titanxp-tp4-dp2", "dgx1-tp4-dp4",
+                                  "dgx1-tp2-pp2", "dgx1-pp2-dp8"])
 def test_symmetric_and_exact_agree_with_sharing_on(name: str) -> None:
     """Symmetric mode divides the NICs among a stage's identical groups statically; exact mode runs the
     groups as separate flows that share the NIC dynamically. 1e-3: NCCL's algorithm choice is made per

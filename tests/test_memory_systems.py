@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainsim.compile.graph import ExecutionGraph, RankClass
@@ -17,6 +17,7 @@ from trainsim.hardware.memory_systems import (
     MemoryAccess,
     PipelineTiming,
     ZeroInfinityOffload,
+    pipelined,
 )
 from trainsim.sim.engine import run
 
@@ -71,6 +72,21 @@ def test_pipeline_is_fill_plus_stages_times_bottleneck() -> None:
     assert PipelineTiming(0, {}, 0.25).total_s == 0.25
 
 
+def test_partial_last_chunk_by_hand() -> None:
+    """1.5 chunks over hop a (1 s per chunk) then hop b (2 s per chunk): chunk 1 holds a 0-1 and b 1-3;
+    the half chunk holds a 1-1.5 and b 3-4."""
+    t = pipelined({"a": 1.5, "b": 3.0}, {"a": 1e-9, "b": 1e-9}, 1.0, "a")
+    assert (t.stages, t.last_fraction) == (2, 0.5)
+    assert t.hop_s == pytest.approx({"a": 1.0, "b": 2.0})
+    assert t.total_s == pytest.approx(4.0)
+    # a hair over one chunk costs a hair more than one chunk (no drop at the stage boundary)
+    one = pipelined({"a": 1.0, "b": 2.0}, {"a": 1e-9, "b": 1e-9}, 1.0, "a").total_s
+    assert one == pytest.approx(3.0)
+    assert pipelined({"a": 1.0 + 1e-6, "b": 2.0 + 2e-6}, {"a": 1e-9, "b": 1e-9}, 1.0, "a").total_s == (
+        pytest.approx(one, rel=1e-5))
+
+
+@settings(max_examples=300)
 @given(st.floats(1e3, 1e10), st.floats(1e3, 1e10))
 def test_pool_time_monotone_and_stages_whole(w: float, extra: float) -> None:
     pool = paper_pool()

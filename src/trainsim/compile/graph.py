@@ -135,10 +135,12 @@ Demand = tuple[float, dict[str, float]]
 
 class FlowSource(Protocol):
     """What the cost layer knows about link loads (cost.annotate.FlowBook); keys name links generically:
-    'intra<i>:<level>' and 'rail' are a GPU's own links (one resource per rank class), 'nic' the node's
-    NICs (one resource per set of classes sharing a node)."""
+    'intra<i>:<level>' and 'rail' are a GPU's own links (one resource per rank class); the keys in
+    `block_gpus` ('nic': the node's NICs, 'port<i>:<level>': a level's port) are one resource per set
+    of classes sharing a block of that many consecutive ranks."""
 
     gpus_per_node: int
+    block_gpus: dict[str, int]
     embedding: Demand | None
 
     def step_demand(self, step: Step, stage_rank: int) -> Demand | None: ...
@@ -502,26 +504,31 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                                     ("post", ch.chunk, s.label, s.axes))
                 note_flow(t, step_flow(ch, s))
     if flows is not None:
-        _resolve_flows(g, task_flow, flows.gpus_per_node)
+        _resolve_flows(g, task_flow, flows.block_gpus or {"nic": flows.gpus_per_node})
     return g
 
 
-def _resolve_flows(g: ExecutionGraph, task_flow: dict[int, Demand], gpus_per_node: int) -> None:
+def _resolve_flows(g: ExecutionGraph, task_flow: dict[int, Demand], block_gpus: dict[str, int]) -> None:
     """Map link keys onto the graph's resources: a GPU's own links are one resource per rank class
-    (its ranks' links, symmetric), the NICs one resource per set of classes that share nodes."""
-    on_node: dict[int, set[int]] = defaultdict(set)
-    for c, rc in enumerate(g.classes):
-        for r in rc.ranks:
-            on_node[r // gpus_per_node].add(c)
-    nics: list[list[str]] = []
-    for rc in g.classes:
-        sets = {tuple(sorted(on_node[r // gpus_per_node])) for r in rc.ranks}
-        nics.append(["nic:" + "+".join(f"c{x}" for x in s) for s in sorted(sets)])
+    (its ranks' links, symmetric); a shared key (the NICs, a level's port) is one resource per set of
+    classes with ranks in the same block of `block_gpus[key]` consecutive ranks."""
+    shared: dict[str, list[list[str]]] = {}  # key -> per class: names of its blocks' resources
+    for key, span in block_gpus.items():
+        in_block: dict[int, set[int]] = defaultdict(set)
+        for c, rc in enumerate(g.classes):
+            for r in rc.ranks:
+                in_block[r // span].add(c)
+        per_class: list[list[int]] = []
+        for rc in g.classes:
+            sets = {tuple(sorted(in_block[r // span])) for r in rc.ranks}
+            per_class.append([f"{key}:" + "+".join(f"c{x}" for x in s) for s in sorted(sets)])
+        shared[key] = per_class
     for t, (latency, work) in task_flow.items():
         by_id: dict[int, float] = {}
         for c in g.participants[t]:
             for key, w in work.items():
-                ids = [g.resource_id(x) for x in nics[c]] if key == "nic" else [g.resource_id(f"{key}@c{c}")]
+                names = shared[key][c] if key in shared else [f"{key}@c{c}"]
+                ids = [g.resource_id(x) for x in names]
                 for rid in ids:
                     if w > by_id.get(rid, 0.0):
                         by_id[rid] = w

@@ -19,7 +19,7 @@ from ..hardware.cluster import Cluster
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
 from ..workload.ir import OpKind
-from .comm import CommModel
+from .comm import CommModel, port_key
 from .compute import ComputeModel
 
 # Bytes an Adam step streams per parameter: read fp32 master, m, v and the grad, write master, m, v
@@ -37,9 +37,12 @@ class FlowBook:
 
     `steps` is keyed like the cost cache: (collective, size_bytes, axes, stage rank); `sends` by
     (chunk, 'F' | 'B'); `embedding` is the tied-embedding all-reduce. Work is for the stand-alone call
-    (with its static concurrency), consistent with the duration annotate gave it."""
+    (with its static concurrency), consistent with the duration annotate gave it. `block_gpus`: link
+    keys that name one resource per block of that many consecutive ranks ('nic': a node; a level's
+    port: the GPUs below it), shared by every rank class with ranks in the block."""
 
     gpus_per_node: int
+    block_gpus: dict[str, int] = field(default_factory=dict)
     steps: dict[tuple, Demand] = field(default_factory=dict)
     sends: dict[tuple[int, str], Demand] = field(default_factory=dict)
     embedding: Demand | None = None
@@ -49,6 +52,17 @@ class FlowBook:
 
     def send_demand(self, chunk: int, phase: str) -> Demand | None:
         return self.sends.get((chunk, phase))
+
+
+def _block_gpus(cluster: Cluster) -> dict[str, int]:
+    """Shared link keys -> GPUs per block: the node's NICs, and each intra-node level's port."""
+    out = {"nic": cluster.gpus_per_node}
+    span = 1
+    for i, level in enumerate(cluster.intra_node_levels):
+        if level.port_gbps is not None:
+            out[port_key(i, level)] = span
+        span *= level.size
+    return out
 
 
 def group_concurrency(groups: list[tuple[int, ...]], group: tuple[int, ...], gpus_per_node: int) -> int:
@@ -94,7 +108,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     groups: dict[tuple, tuple[int, ...]] = {}
     gpn = cluster.gpus_per_node
     demand_of = getattr(comm, "demand", None) if sharing else None
-    book = FlowBook(gpn) if demand_of is not None else None
+    book = FlowBook(gpn, _block_gpus(cluster)) if demand_of is not None else None
     conc_cache: dict[tuple, int] = {}
 
     def concurrency(key: tuple, group: tuple[int, ...], siblings: object) -> int:

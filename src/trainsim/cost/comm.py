@@ -22,8 +22,10 @@ section of the calibration file).
 Bandwidths: NVLink per GPU (the cluster's intra-node level x the link efficiency); across nodes
 each GPU reaches the network through its own rail NIC (NICs shared where a node has fewer NICs
 than GPUs) and a group's ranks on one node share that node's NICs. `concurrency` = how many groups
-of this shape run at once on disjoint ranks: they divide each node's NICs, and a GPU's own links
-only when the groups outnumber the GPUs (stacked on the same GPUs).
+of this shape run at once on disjoint ranks: they divide each node's NICs, the port of every block
+they leave on a level with a shared port (`Level.port_gbps`: a socket's QPI link, a PCIe switch's
+uplink; Proteus Fig. 7), and a GPU's own links only when the groups outnumber the GPUs (stacked on
+the same GPUs).
 
 Sizes follow nccl-tests (and trainsim's compiler): all-reduce / broadcast / reduce = buffer,
 all-gather = gathered output per rank, reduce-scatter = input per rank, all-to-all = send buffer
@@ -231,6 +233,31 @@ def _link_type(level: Level, network: bool) -> str:
     return LINK_TYPES.get(level.name, "infiniband" if network else "nvlink")
 
 
+def port_key(index: int, level: Level) -> str:
+    """Link key of a level's per-block port (one shared resource per child block, see compile.graph)."""
+    return f"port{index}:{level.name}"
+
+
+def _port_flows(locals_by_node: list[list[int]], child: int, gpus_per_node: int, concurrency: int,
+                all_to_all: bool) -> float:
+    """Per-rank flows through one child block's port when `concurrency` groups of this shape run at once.
+
+    The identical groups tile the node, so the blocks they occupy spread evenly over the node's
+    blocks: each of the node's `gpus_per_node / child` blocks sees concurrency x (blocks one group
+    occupies) / (blocks per node) groups. A ring or tree leaves a block by one edge per direction
+    (NCCL orders rings to cross a slow link once): one flow per group, carrying what one rank sends.
+    In an all-to-all the block's m members (of k on the node) each send (k - m)/n of their buffer out
+    through the port, against the (k - 1)/n a rank sends on the node: m (k - m)/(k - 1) flows."""
+    per_node_blocks = max(1, gpus_per_node // child)
+    occupied = max(len({r // child for r in loc}) for loc in locals_by_node)
+    groups = max(1, math.ceil(concurrency * occupied / per_node_blocks))
+    if not all_to_all:
+        return float(groups)
+    k = max(len(loc) for loc in locals_by_node)
+    m = max(max(Counter(r // child for r in loc).values()) for loc in locals_by_node)
+    return groups * max(1.0, m * (k - m) / (k - 1)) if k > 1 else float(groups)
+
+
 def _log2_ceil(n: int) -> int:
     return max(1, math.ceil(math.log2(n))) if n > 1 else 0
 
@@ -290,7 +317,7 @@ class NcclComm:
         ranks = tuple(dict.fromkeys(group))
         if len(ranks) <= 1 or size_bytes <= 0:
             return CommChoice("none", "none", 0.0)
-        shape = self._shape(ranks, max(1, int(concurrency)))
+        shape = self._shape(ranks, max(1, int(concurrency)), collective)
         if collective == "send_recv":
             return self._send_recv(size_bytes, ranks, shape)
         if collective == "all_to_all":
@@ -318,7 +345,7 @@ class NcclComm:
             return 0.0, {}
         ranks = tuple(dict.fromkeys(group))
         conc = max(1, int(concurrency))
-        shape = self._shape(ranks, conc)
+        shape = self._shape(ranks, conc, collective)
         fast = replace(shape, intra_gbps=math.inf, node_net_gbps=math.inf, rail_gbps=math.inf,
                        nvls_gbps=math.inf if shape.nvls_gbps > 0 else 0.0)
         algo = choice.algorithm
@@ -373,14 +400,18 @@ class NcclComm:
             on_node = k > 1
         if on_node and intra_scale > 0:
             span = 1
+            locals_by_node = list(by_node.values())
             for i, level in enumerate(cl.intra_node_levels):
                 fans_out = any(len({r // span for r in loc}) > len({r // (span * level.size) for r in loc})
-                               for loc in by_node.values())
+                               for loc in locals_by_node)
+                child = span
                 span *= level.size
                 if fans_out:
-                    kind = _link_type(level, False)
-                    gbps = level.bandwidth_gbps * self.p.link(kind).efficiency / gpu_share
-                    w[f"intra{i}:{level.name}"] = intra_scale / gbps
+                    eff = self.p.link(_link_type(level, False)).efficiency
+                    w[f"intra{i}:{level.name}"] = intra_scale / (level.bandwidth_gbps * eff / gpu_share)
+                    if level.port_gbps is not None:
+                        flows = _port_flows(locals_by_node, child, gpn, concurrency, collective == "all_to_all")
+                        w[port_key(i, level)] = intra_scale / (level.port_gbps * eff / flows)
         net = cl.network_level
         if shape.multi_node and net is not None and net_scale > 0:
             eff = self.p.link(_link_type(net, True)).efficiency
@@ -394,7 +425,7 @@ class NcclComm:
         return w
 
     # -- group layout --------------------------------------------------------------------------
-    def _shape(self, ranks: tuple[int, ...], concurrency: int) -> _Shape:
+    def _shape(self, ranks: tuple[int, ...], concurrency: int, collective: str = "all_reduce") -> _Shape:
         cl = self.cluster
         for r in ranks:
             if not 0 <= r < cl.world_size:
@@ -404,23 +435,32 @@ class NcclComm:
             by_node.setdefault(r // cl.gpus_per_node, []).append(r % cl.gpus_per_node)
         per_node = max(len(v) for v in by_node.values())
         gpu_share = max(1.0, concurrency * per_node / cl.gpus_per_node)  # groups stacked on the same GPUs
-        intra_link, intra_gbps, nvls_gbps = self._intra(list(by_node.values()), gpu_share)
+        intra_link, intra_gbps, nvls_gbps = self._intra(list(by_node.values()), gpu_share, concurrency,
+                                                        collective == "all_to_all")
         net_link, node_net, rail = self._network(len(by_node), per_node, concurrency, gpu_share)
         return _Shape(len(ranks), len(by_node), per_node, intra_link, intra_gbps, net_link, node_net, rail,
                       nvls_gbps)
 
-    def _intra(self, locals_by_node: list[list[int]], gpu_share: float) -> tuple[str, float, float]:
-        """(link type, per-GPU GB/s) of the slowest intra-node level the group spans, and NVLS GB/s."""
+    def _intra(self, locals_by_node: list[list[int]], gpu_share: float, concurrency: int = 1,
+               all_to_all: bool = False) -> tuple[str, float, float]:
+        """(link type, per-GPU GB/s) of the slowest intra-node level the group spans, and NVLS GB/s.
+
+        A level with a `port_gbps` (a socket's QPI link, a PCIe switch's uplink) gives each flow leaving
+        a child block its share of the block's port (see `_port_flows`)."""
         link, gbps, nvls = "nvlink", math.inf, 0.0
         span = 1
         for level in self.cluster.intra_node_levels:
             fans_out = any(len({r // span for r in loc}) > len({r // (span * level.size) for r in loc})
                            for loc in locals_by_node)
+            child = span
             span *= level.size
             if not fans_out:
                 continue
             kind = _link_type(level, False)
             level_gbps = level.bandwidth_gbps * self.p.link(kind).efficiency / gpu_share
+            if level.port_gbps is not None:
+                flows = _port_flows(locals_by_node, child, self.cluster.gpus_per_node, concurrency, all_to_all)
+                level_gbps = min(level_gbps, level.port_gbps * self.p.link(kind).efficiency / flows)
             if level_gbps < gbps:
                 link, gbps = kind, level_gbps
             if self._nvls_capable:

@@ -35,6 +35,10 @@ class Level:
     """One dimension of the topology: `size` children joined by a fabric of a given kind.
 
     `bandwidth_gbps` is per GPU, one direction, GB/s (1e9 B/s), with every GPU using the level at once.
+    `port_gbps` is what one child block (the GPUs below one port of this level: a socket behind its QPI
+    link, a PCIe switch behind its uplink) can send into the level in all, one direction; the flows
+    leaving a block divide it (Proteus Fig. 7 link hierarchy). None: every GPU has its own path at
+    `bandwidth_gbps` (ASTRA-sim's per-NPU dimension bandwidth; NVLink, NVSwitch).
     """
 
     name: str
@@ -42,6 +46,7 @@ class Level:
     size: int
     bandwidth_gbps: float
     latency_s: float
+    port_gbps: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in LEVEL_KINDS:
@@ -52,6 +57,8 @@ class Level:
             raise ValueError(f"level '{self.name}': bandwidth_gbps must be positive")
         if self.latency_s < 0:
             raise ValueError(f"level '{self.name}': latency_s must be >= 0")
+        if self.port_gbps is not None and self.port_gbps <= 0:
+            raise ValueError(f"level '{self.name}': port_gbps must be positive (or None: per-GPU links)")
 
 
 @dataclass(frozen=True)
@@ -308,15 +315,17 @@ def pcie_titanxp(nodes: int = 1) -> Cluster:
         nodes=1,
         levels=(
             Level("pcie", "switch", 4, 12.0, PCIE_LATENCY_S),
-            Level("qpi", "fc", 2, 6.0, QPI_LATENCY_S),
+            Level("qpi", "fc", 2, 6.0, QPI_LATENCY_S, port_gbps=6.0),
         ),
         nics_per_node=0,
         nic_gbps=0.0,
         description="8x Titan Xp on PCIe 3.0 x16 in a dual-socket (Broadwell) server, 4 GPUs per socket "
         "behind a PCIe switch. GPU-to-GPU within a switch ~12 GB/s effective (15.75 GB/s nominal x16 "
-        "Gen3); across sockets traffic crosses QPI through host memory at ~6 GB/s. No network.",
+        "Gen3); across sockets traffic crosses QPI through host memory at ~6 GB/s, and that is the "
+        "socket link's capacity: concurrent cross-socket flows divide it. No network.",
         source="NCCL topology constants (src/graph/topo.h): PCI_BW 12.0 GB/s for PCIe Gen3 x16 and "
-        "BDW_QPI_BW 6.0 GB/s for Broadwell QPI; Proteus (JF-D/Proteus examples/clusters/titanxp: "
+        "BDW_QPI_BW 6.0 GB/s for Broadwell QPI (a link capacity: NCCL's search subtracts each channel "
+        "crossing it); Proteus (JF-D/Proteus examples/clusters/titanxp: "
         "gpu_to_gpu 12 GB/s, Broadwell CPUs in topos/topo-n1.xml).",
     )
 

@@ -79,13 +79,16 @@ def _non_negative(owner: str, **values: float) -> None:
 class PipelineTiming:
     """A chunked transfer over a chain of hops (ASTRA-sim 2.0 Fig. 7).
 
-    Every stage moves one chunk over every hop; a stage lasts as long as its slowest hop, so the
-    transfer takes `fill + stages x bottleneck` with `fill` the other hops' time for the last chunk
-    (equivalently: the first chunk's trip through all hops + (stages - 1) bottleneck stages)."""
+    Every stage moves one chunk over every hop, in order (a flow shop). With whole chunks the transfer
+    takes `fill + stages x bottleneck`, `fill` being the other hops' time for one chunk (the first
+    chunk's trip through all hops + (stages - 1) bottleneck stages). The last chunk may be a part
+    (`last_fraction` of a full one); `total_s` is then the flow shop's exact makespan, which grows
+    continuously and monotonically with the size."""
 
     stages: int
-    hop_s: dict[str, float]  # seconds per stage on each hop, in path order
+    hop_s: dict[str, float]  # seconds of one full chunk on each hop, in path order
     latency_s: float = 0.0
+    last_fraction: float = 1.0  # size of the last chunk / a full chunk, in (0, 1]
 
     @property
     def bottleneck_s(self) -> float:
@@ -103,19 +106,32 @@ class PipelineTiming:
     def total_s(self) -> float:
         if self.stages == 0:
             return self.latency_s
-        return self.latency_s + self.fill_s + self.stages * self.bottleneck_s
+        # identical chunks k = 1..s-1 leave hop h at sum_{h' <= h} t_h' + (k - 1) max_{h' <= h} t_h';
+        # the last (partial) chunk follows each hop once both it and the chunk before are through
+        full = self.stages - 1
+        before = last = run_max = prefix = 0.0
+        for t in self.hop_s.values():
+            prefix += t
+            run_max = max(run_max, t)
+            before = prefix + (full - 1) * run_max if full else 0.0
+            last = max(last, before) + t * self.last_fraction
+        return self.latency_s + last
 
 
 def pipelined(loads_bytes: dict[str, float], bandwidths_gbps: dict[str, float], chunk_bytes: float,
               lead: str, latency_s: float = 0.0) -> PipelineTiming:
     """Split the per-link loads into stages: the `lead` hop carries one chunk per stage (the paper's
-    number of stages = load on the remote-group links / chunk size); every hop moves its load in the
-    same number of stages. A load that is not a whole number of chunks is cut into equal parts no
-    larger than a chunk, so the time is exact for whole chunks and continuous in the size."""
+    number of stages = load on the remote-group links / chunk size), every other hop the same share
+    of its own load. A load that is not a whole number of chunks ends with a partial chunk, as a
+    fixed chunk size does, so the time is exact and monotone in the size."""
     lead_load = loads_bytes[lead]
-    stages = math.ceil(lead_load / chunk_bytes - 1e-9) if lead_load > 0 else 0
-    hop_s = {k: (load / stages) / (bandwidths_gbps[k] * _GB) if stages else 0.0 for k, load in loads_bytes.items()}
-    return PipelineTiming(stages, hop_s, latency_s)
+    if lead_load <= 0:
+        return PipelineTiming(0, {k: 0.0 for k in loads_bytes}, latency_s)
+    stages = max(1, math.ceil(lead_load / chunk_bytes - 1e-9))
+    share = min(1.0, chunk_bytes / lead_load)  # a full chunk's share of every hop's load
+    last = 1.0 if stages == 1 else min(1.0, max(0.0, lead_load / chunk_bytes - (stages - 1)))
+    hop_s = {k: load * share / (bandwidths_gbps[k] * _GB) for k, load in loads_bytes.items()}
+    return PipelineTiming(stages, hop_s, latency_s, last)
 
 
 @dataclass(frozen=True)
