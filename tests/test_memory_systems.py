@@ -271,3 +271,24 @@ def test_offload_bad_value_one_line() -> None:
     with pytest.raises(ConfigError) as err:
         simulate(_small_job("tape"))
     assert str(err.value).startswith("strategy.offload") and "\n" not in str(err.value)
+
+
+def test_offload_flag_on_the_cli_matches_the_yaml_key(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from trainsim.api import simulate
+
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "trainsim", "simulate", "--model", "gpt2", "--cluster", "dgx-h100", "--tp", "2",
+            "--global-batch", "8", "--zero", "3", "-q", "--json", str(out)]
+    p = subprocess.run([*args, "--offload", "nvme"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    want = simulate({"model": {"name": "gpt2"}, "cluster": {"name": "dgx-h100"},
+                     "strategy": {"tp": 2, "global_batch": 8, "zero": 3, "offload": "nvme"}})
+    got = json.loads(out.read_text())
+    assert got["iteration_time_s"] == pytest.approx(want.iteration_time_s, rel=1e-12)
+    assert got["breakdown"]["offload"] > 0
+    bad = subprocess.run([*args, "--offload", "tape"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "strategy.offload" in bad.stderr

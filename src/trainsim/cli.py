@@ -71,6 +71,8 @@ def simulate(
     tp_comm_overlap: Annotated[bool | None, Opt("--tp-comm-overlap/--no-tp-comm-overlap",
                                                 help="TP all-gather/reduce-scatter pipelined with the GEMMs "
                                                      "they feed (Megatron --tp-comm-overlap)")] = None,
+    offload: Annotated[str | None, Opt(help="none | cpu | nvme (ZeRO-Infinity) | remote (HierMem pool): where "
+                                            "weights, gradients and optimizer states live")] = None,
     seq_len: Annotated[int | None, Opt(help="sequence length (tokens)")] = None,
     layers: Annotated[int | None, Opt(help="override/define number of layers")] = None,
     hidden: Annotated[int | None, Opt(help="override/define hidden size")] = None,
@@ -103,7 +105,7 @@ def simulate(
                      "zero": zero, "fsdp": fsdp, "recompute": recompute, "schedule": schedule,
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
-                     "tp_comm_overlap": tp_comm_overlap},
+                     "tp_comm_overlap": tp_comm_overlap, "offload": offload},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
                        "calibration": str(calibration) if calibration else None, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing},
