@@ -15,7 +15,7 @@ from enum import IntEnum
 
 from ..strategy.mesh import AXIS_ORDER, DeviceMesh
 from ..strategy.precision import Precision
-from ..strategy.tree import LeafConfig, Split, StrategyTree
+from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyTree
 from ..workload.ir import CONTRACTION_KINDS, Layer, Op
 from .layout import (
     Layout,
@@ -278,7 +278,6 @@ class _Lowerer:
         """
         buckets: dict[tuple[str, tuple[str, ...]], float] = {}
         post: dict[tuple[str, ...], float] = {}
-        zero = self.tree.zero_stage
         for op in layer.ops:
             if op.params == 0:
                 continue
@@ -297,8 +296,9 @@ class _Lowerer:
                 # (under SP Megatron also all-reduces them over tp: 4h values per layer, not modelled)
                 n_weight = 0.0
                 axes = tuple(a for a in AXIS_ORDER if a != "tp" and any(a in ax for ax in split.values()))
-                data = math.prod(self.mesh.size(a) for a in axes)
-                f_w, f_g, f_o = (1.0 / data if zero >= z else 1.0 for z in (3, 2, 1))
+                sc = leaf.extras.get(op.name) or StateConfig()
+                f_w, f_g, f_o = (1.0 / math.prod(self.mesh.size(a) for a in part)
+                                 for part in (sc.weight, sc.grad, sc.optimizer))
             full_local = n_weight + extra
             if full_local <= 0:
                 continue
@@ -388,7 +388,7 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
     rank_of = {node.layer.name: c % mesh.pp for node, _, c in leaves}
     prev: tuple[Layout, float] | None = None
     layer_inputs: dict[str, tuple[Layout, float] | None] = {}
-    zero3 = tree.zero_stage >= 3
+    tree.resolve()
     offload = tree.offload != "none"
     if offload:
         from .offload import insert_offload  # compile.offload builds Steps: imported here, not at module load
@@ -408,8 +408,7 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
             lw.grad_sync(layer, node.leaf, ch, tied_here)
             offload_sizes[layer.name] = ((ch.params_local - params0) * precision.param_bytes,
                                          (ch.grads_local - grads0) * precision.grad_bytes)
-            if zero3:
-                gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
+            gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
         ch.send_fwd_bytes = prev[1] if prev and c < n_chunks - 1 else 0.0
         ch.fwd = _insert_zero3(ch.fwd, first, gathers, "fwd")
         if offload:
@@ -429,8 +428,7 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
             layer = node.layer
             first[layer.name] = len(ch.bwd)
             grad = lw.backward_layer(layer, node.leaf, rc, grad, layer_inputs[layer.name], ch.bwd)
-            if zero3:
-                gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
+            gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
         ch.send_bwd_bytes = grad[1] if grad and c > 0 else 0.0
         ch.bwd = _insert_zero3(ch.bwd, first, gathers, "bwd")
         if offload:

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..workload.ir import Layer, Model, Op
 from .mesh import DeviceMesh
-from .tree import RECOMPUTE_MODES, SCHEDULES, LeafConfig, ScheduleConfig, Split, StrategyTree, WeightConfig
+from .tree import (
+    RECOMPUTE_MODES,
+    SCHEDULES,
+    LeafConfig,
+    ScheduleConfig,
+    Split,
+    StrategyTree,
+    WeightConfig,
+    sharded_weight_config,
+    state_config,
+)
 
 TP_DIMS = frozenset({"q", "a", "g", "o", "kv", "f", "f2", "v"})
 SP_OPS = frozenset({"ln1", "ln2", "attn_residual", "mlp_residual", "final_norm", "embed_dropout", "dispatch",
@@ -125,15 +135,13 @@ def op_split(op: Op, p: ParallelSpec, batch_dim: str) -> Split:
     return {d: tuple(a for a in axes) for d, axes in split.items() if axes}
 
 
+ZERO_ITEMS = {0: (), 1: ("optimizer",), 2: ("optimizer", "grad"), 3: ("optimizer", "grad", "weight")}
+"""ZeRO stage -> the state items it partitions over the data axes (FSDP full shard = 3)."""
+
+
 def weight_config(op: Op, split: Split, zero: int) -> WeightConfig:
     """Weight keeps the op's split on its own dims; ZeRO adds the data axes (which partial-sum its grad)."""
-    assert op.weight is not None
-    base = {d: split[d] for d in op.weight if d in split}
-    data = tuple(a for d, axes in split.items() if d not in op.weight for a in axes)
-    first = op.weight[0]
-    sharded = {**base, first: base.get(first, ()) + data}
-    return WeightConfig(weight=sharded if zero >= 3 else dict(base), grad=sharded if zero >= 2 else dict(base),
-                        optimizer=sharded if zero >= 1 else dict(base))
+    return sharded_weight_config(op, split, ZERO_ITEMS[zero])
 
 
 def _chunk_assignment(model: Model, chunks: int) -> dict[str, int]:
@@ -185,22 +193,27 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.offload = p.offload
     m = p.global_batch // (p.micro_batch * p.dp)
     kind = "interleaved" if p.vpp > 1 else p.schedule
-    tree.root.schedule = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp)
-    tree.root.recompute = p.recompute
+    tree.root.schedule_config = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp)
+    tree.schedule_set = True
+    tree.root.recompute_mode = p.recompute
+    tree.root.shard_items = frozenset(ZERO_ITEMS[p.zero])
     chunk_of = _chunk_assignment(model, p.pp * p.vpp)
     for node in tree.root.walk():
         layer: Layer | None = node.layer
         if layer is None:
             continue
-        node.stage = chunk_of[layer.name]
+        node.chunk = chunk_of[layer.name]
         if layer.kind in ("embedding", "head") and p.recompute != "none":
-            node.recompute = "none"  # Megatron checkpoints transformer layers only
+            node.recompute_mode = "none"  # Megatron checkpoints transformer layers only
         leaf = LeafConfig()
         for op in layer.ops:
             split = op_split(op, p, model.batch_dim)
             leaf.ops[op.name] = split
+            leaf.explicit[op.name] = set(op.dims)  # a preset decides every dimension
             if op.weight is not None:
                 leaf.weights[op.name] = weight_config(op, split, p.zero)
+            elif op.extra_params:
+                leaf.extras[op.name] = state_config(split, ZERO_ITEMS[p.zero])
         if p.sequence_parallel:
             for op_name, tensor in SP_SAVED:
                 if op_name in leaf.ops:

@@ -1,24 +1,38 @@
-"""Proteus-style strategy tree (Proteus section IV).
+"""Proteus-style strategy tree (Proteus sections IV and VII) and its primitives.
 
 The tree mirrors the model's module tree. Leaf nodes (layers) hold computation configs (which
 mesh axes split which dimension of each op) and memory configs (how each weight, its gradient,
 its optimizer state and each saved activation is partitioned). Non-leaf nodes hold schedule
 configs (micro-batching, pipeline schedule) and recompute, inherited top-down unless overridden.
-Presets (strategy.presets) fill this tree; the compiler only ever reads the tree.
+
+Users write strategies with a few primitives on any node, reached by attribute access that
+mirrors the model (`S.layers[3].qkv.split("q", "tp")`): `split` (an op dimension over mesh
+axes; on a non-leaf node it applies to every op below that has the dimension; `select` picks ops
+by name across the subtree), `map` (the
+pipeline chunk of a subtree), `shard` (ZeRO: partition weights / gradients / optimizer states
+over the data axes), `store` (the storage layout of a saved activation), `schedule` and
+`recompute`. `resolve` fills the rest by dataflow propagation: an op dimension nobody set takes
+its producer's layout, a weight follows its op's split, so only the critical nodes need
+settings. Presets (strategy.presets) fill this tree too; the compiler only ever reads the tree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..workload.ir import Layer, Model, Module
-from .mesh import DeviceMesh
+from ..errors import ConfigError
+from ..workload.ir import CONTRACTION_KINDS, Layer, Model, Module, Op, OpKind
+from .mesh import AXIS_ORDER, DeviceMesh
 
 Split = dict[str, tuple[str, ...]]  # dimension name -> mesh axes that split it (outermost last)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
+STATE_ITEMS = ("weight", "grad", "optimizer")
+PARTIAL_KINDS = CONTRACTION_KINDS | {OpKind.EMBEDDING, OpKind.LOSS}
 
 
 @dataclass
@@ -40,12 +54,55 @@ class WeightConfig:
 
 
 @dataclass
+class StateConfig:
+    """Mesh axes over which an op's dimensionless parameters (norm scales, biases of unweighted ops)
+    are partitioned, per item."""
+
+    weight: tuple[str, ...] = ()
+    grad: tuple[str, ...] = ()
+    optimizer: tuple[str, ...] = ()
+
+
+@dataclass
 class LeafConfig:
-    """Per-op computation configs and per-tensor memory configs of one layer."""
+    """Per-op computation configs and per-tensor memory configs of one layer.
+
+    `explicit` records the dimensions a user (or preset) decided per op; `resolve` only fills the
+    others. `memory` holds per-item storage overrides; `weights` / `extras` are the resolved
+    memory configs the compiler reads."""
 
     ops: dict[str, Split] = field(default_factory=dict)
     weights: dict[str, WeightConfig] = field(default_factory=dict)
+    extras: dict[str, StateConfig] = field(default_factory=dict)
     saved: dict[tuple[str, str], Split] = field(default_factory=dict)  # (op, tensor) -> storage split
+    explicit: dict[str, set[str]] = field(default_factory=dict)
+    memory: dict[tuple[str, str], Split] = field(default_factory=dict)  # (op, item) -> storage override
+
+
+def _axes_product(mesh: DeviceMesh, axes: Iterable[str]) -> int:
+    return math.prod(mesh.size(a) for a in axes)
+
+
+def sharded_weight_config(op: Op, split: Split, items: Iterable[str],
+                          overrides: dict[str, Split] | None = None) -> WeightConfig:
+    """A weight's memory configs: its op's split on its own dims, plus, for every item in `items`
+    (ZeRO), the data axes that partial-sum its gradient, on its first dim."""
+    assert op.weight is not None
+    base = {d: split[d] for d in op.weight if d in split}
+    data = tuple(a for d, axes in split.items() if d not in op.weight for a in axes)
+    first = op.weight[0]
+    sharded = {**base, first: base.get(first, ()) + data} if data else dict(base)
+    chosen = set(items)
+    ov = overrides or {}
+    return WeightConfig(**{it: {**(sharded if it in chosen else dict(base)), **ov.get(it, {})} for it in STATE_ITEMS})
+
+
+def state_config(split: Split, items: Iterable[str]) -> StateConfig:
+    """Norm scales and other dimensionless parameters: replicated over tp, partitioned over the data
+    axes of the op's split for every item in `items` (ZeRO)."""
+    axes = tuple(a for a in AXIS_ORDER if a != "tp" and any(a in ax for ax in split.values()))
+    chosen = set(items)
+    return StateConfig(**{it: (axes if it in chosen else ()) for it in STATE_ITEMS})
 
 
 @dataclass
@@ -56,25 +113,268 @@ class StrategyNode:
     children: list[StrategyNode] = field(default_factory=list)
     layer: Layer | None = None
     leaf: LeafConfig = field(default_factory=LeafConfig)
-    schedule: ScheduleConfig | None = None
-    recompute: str | None = None  # None: inherit from the parent
-    stage: int | None = None  # pipeline model chunk (virtual stage) index; None: inherit
+    schedule_config: ScheduleConfig | None = None
+    recompute_mode: str | None = None  # None: inherit from the parent
+    chunk: int | None = None  # pipeline model chunk (virtual stage) index; None: inherit
+    shard_items: frozenset[str] | None = None  # ZeRO: state items partitioned over the data axes; None: inherit
+    tree: StrategyTree | None = field(default=None, repr=False, compare=False)
 
-    def __getattr__(self, key: str) -> StrategyNode:
-        # attribute access mirrors the model: tree.root.layers[3]
-        children = self.__dict__.get("children", [])
-        for c in children:
+    # -- navigation: attribute access mirrors the model --------------------------------------------
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        d = self.__dict__
+        for c in d.get("children", []):
             if c.name == key or c.name.rsplit(".", 1)[-1] == key:
                 return c
-        raise AttributeError(key)
+        layer = d.get("layer")
+        if layer is not None:
+            for op in layer.ops:
+                if op.name == key:
+                    return OpNode(self, op)
+        raise AttributeError(f"strategy node '{d.get('name', '?')}' has no child or op '{key}'")
 
     def __getitem__(self, i: int) -> StrategyNode:
         return self.children[i]
+
+    def __len__(self) -> int:
+        return len(self.children)
+
+    def __iter__(self) -> Iterator[StrategyNode]:
+        return iter(self.children)
 
     def walk(self) -> Iterator[StrategyNode]:
         yield self
         for c in self.children:
             yield from c.walk()
+
+    def ops(self) -> Iterator[tuple[StrategyNode, Op]]:
+        """Every (leaf, op) below this node, in model order."""
+        for n in self.walk():
+            if n.layer is not None:
+                for op in n.layer.ops:
+                    yield n, op
+
+    def op(self, name: str) -> OpNode:
+        """The op `name` of this layer (for names that clash with a method)."""
+        if self.layer is None:
+            raise ConfigError(f"strategy.{self.name}", "only a layer (leaf) has ops", "pick a layer below it")
+        for op in self.layer.ops:
+            if op.name == name:
+                return OpNode(self, op)
+        raise ConfigError(f"strategy.{self.name}", f"no op '{name}'",
+                          f"its ops are {', '.join(o.name for o in self.layer.ops)}")
+
+    def select(self, *op_names: str) -> OpSet:
+        """Every op below this node with one of these names (e.g. every block's 'ln1'), to set together;
+        names no op has are skipped (one recipe fits GPT and Llama), but at least one must match."""
+        found = [OpNode(n, op) for n, op in self.ops() if op.name in op_names]
+        if not found:
+            have = sorted({op.name for _, op in self.ops()})
+            raise ConfigError(f"strategy.{self.name}", f"no op named {', '.join(op_names)} below it",
+                              f"op names are {', '.join(have)}")
+        return OpSet(found)
+
+    def _mesh(self) -> DeviceMesh:
+        if self.tree is None:
+            raise ConfigError(f"strategy.{self.name}", "node is not part of a strategy tree",
+                              "build it with StrategyTree.from_model")
+        return self.tree.mesh
+
+    # -- primitives ---------------------------------------------------------------------------------
+    def split(self, dims: str | Sequence[str], *axes: str, pad: bool = False) -> StrategyNode:
+        """Split dimension(s) `dims` of every op below this node that has them over mesh `axes`
+        (innermost first); no axes: replicate. `pad`: allow a size the axes do not divide (padded,
+        as Megatron pads the vocabulary)."""
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
+        hit = False
+        for leaf, op in self.ops():
+            for d in names:
+                if d in op.dims:
+                    _set_split(leaf, op, d, tuple(axes), pad)
+                    hit = True
+        if not hit:
+            have = sorted({d for _, op in self.ops() for d in op.dims})
+            raise ConfigError(f"strategy.{self.name}", f"no op below it has dimension(s) {', '.join(names)}",
+                              f"use one of {', '.join(have)}")
+        return self
+
+    def map(self, chunk: int) -> StrategyNode:
+        """Place this subtree on pipeline chunk `chunk` (chunk c runs on pipeline rank c % pp)."""
+        if not isinstance(chunk, int) or chunk < 0:
+            raise ConfigError(f"strategy.{self.name}", f"pipeline chunk must be an integer >= 0, got {chunk!r}",
+                              "use 0 .. pp x virtual stages - 1")
+        self.chunk = chunk
+        return self
+
+    def shard(self, *items: str) -> StrategyNode:
+        """ZeRO as tensor partitioning: partition the given state items ('weight', 'grad',
+        'optimizer') of every op below over the data axes that reduce their gradients; no items:
+        none (undo an inherited setting). ZeRO-1 = shard('optimizer'), ZeRO-3 = all three."""
+        bad = [i for i in items if i not in STATE_ITEMS]
+        if bad:
+            raise ConfigError(f"strategy.{self.name}", f"unknown state item(s) {', '.join(bad)}",
+                              f"use {', '.join(STATE_ITEMS)}")
+        self.shard_items = frozenset(items)
+        return self
+
+    def recompute(self, mode: str = "full") -> StrategyNode:
+        """Recompute this subtree's activations in the backward pass: 'full', 'selective' or 'none'."""
+        if mode not in RECOMPUTE_MODES:
+            raise ConfigError(f"strategy.{self.name}", f"unknown recompute mode '{mode}'",
+                              f"use one of {', '.join(RECOMPUTE_MODES)}")
+        self.recompute_mode = mode
+        return self
+
+    def schedule(self, n_micro_batch: int, max_ongoing_micro_batch: int | None = None,
+                 kind: str | None = None, virtual_stages: int = 1) -> StrategyNode:
+        """Micro-batching and pipeline order. `max_ongoing_micro_batch`: micro-batches a stage may hold
+        in flight: n_micro_batch is GPipe, the number of pipeline stages is 1F1B (the default)."""
+        tree = self.tree
+        if tree is None or self is not tree.root:
+            raise ConfigError(f"strategy.{self.name}", "a schedule is set on the root (one pipeline schedule "
+                              "per job)", "call schedule() on the tree's root")
+        if n_micro_batch < 1:
+            raise ConfigError(f"strategy.{self.name}", f"n_micro_batch must be >= 1, got {n_micro_batch}",
+                              "use a positive integer")
+        pp = tree.mesh.pp
+        if kind is None:
+            if max_ongoing_micro_batch is None or max_ongoing_micro_batch == min(pp, n_micro_batch):
+                kind = "interleaved" if virtual_stages > 1 else "1f1b"
+            elif max_ongoing_micro_batch >= n_micro_batch:
+                kind = "gpipe"
+            else:
+                raise ConfigError(f"strategy.{self.name}", f"max_ongoing_micro_batch={max_ongoing_micro_batch} is "
+                                  f"neither all {n_micro_batch} micro-batches (GPipe) nor the {pp} stages (1F1B)",
+                                  f"use {n_micro_batch} or {min(pp, n_micro_batch)}")
+        if kind not in SCHEDULES:
+            raise ConfigError(f"strategy.{self.name}", f"unknown pipeline schedule '{kind}'",
+                              f"use one of {', '.join(SCHEDULES)}")
+        if virtual_stages < 1 or (kind == "interleaved") != (virtual_stages > 1):
+            raise ConfigError(f"strategy.{self.name}", f"schedule '{kind}' with {virtual_stages} virtual stages",
+                              "interleaved needs virtual_stages > 1, the others 1")
+        self.schedule_config = ScheduleConfig(n_micro_batch, kind, virtual_stages)
+        tree.schedule_set = True
+        return self
+
+
+@dataclass
+class OpNode:
+    """One op of a layer, for op-level primitives: `S.layers[0].qkv.split("q", "tp")`."""
+
+    node: StrategyNode
+    op: Op
+
+    @property
+    def name(self) -> str:
+        return f"{self.node.name}.{self.op.name}"
+
+    def split(self, dims: str | Sequence[str], *axes: str, pad: bool = False) -> OpNode:
+        for d in (dims,) if isinstance(dims, str) else tuple(dims):
+            if d not in self.op.dims:
+                raise ConfigError(f"strategy.{self.name}", f"op has no dimension '{d}'",
+                                  f"its dimensions are {', '.join(self.op.dims)}")
+            _set_split(self.node, self.op, d, tuple(axes), pad)
+        return self
+
+    def store(self, tensor: str, dim: str, *axes: str) -> OpNode:
+        """Keep saved activation `tensor` partitioned on `dim` over `axes` between forward and backward
+        (sequence parallelism stores the LayerNorm outputs split over tp); gathered back for backward."""
+        saved = {t.name: t for t in self.op.saved}
+        if tensor not in saved:
+            raise ConfigError(f"strategy.{self.name}", f"op saves no tensor '{tensor}'",
+                              f"it saves {', '.join(saved) or 'nothing'}")
+        if dim not in saved[tensor].dims:
+            raise ConfigError(f"strategy.{self.name}.{tensor}", f"saved tensor has no dimension '{dim}'",
+                              f"its dimensions are {', '.join(saved[tensor].dims)}")
+        _check_axes(self.node, self.op, dim, tuple(axes), pad=False)
+        self.node.leaf.saved.setdefault((self.op.name, tensor), {})[dim] = tuple(axes)
+        return self
+
+    def __getattr__(self, item: str) -> ItemNode:
+        if item in STATE_ITEMS:
+            if self.op.weight is None:
+                raise ConfigError(f"strategy.{self.name}", "op has no weight matrix", "pick a weighted op")
+            return ItemNode(self, item)
+        raise AttributeError(item)
+
+
+@dataclass
+class OpSet:
+    """Several ops set together (`S.root.select("ln1", "ln2").split("s", "tp")`)."""
+
+    members: list[OpNode]
+
+    def split(self, dims: str | Sequence[str], *axes: str, pad: bool = False) -> OpSet:
+        for m in self.members:
+            m.split(dims, *axes, pad=pad)
+        return self
+
+    def store(self, tensor: str, dim: str, *axes: str) -> OpSet:
+        for m in self.members:
+            m.store(tensor, dim, *axes)
+        return self
+
+    def __iter__(self) -> Iterator[OpNode]:
+        return iter(self.members)
+
+
+@dataclass
+class ItemNode:
+    """A parameter item (weight, grad, optimizer state) of one op, for explicit memory configs."""
+
+    opnode: OpNode
+    item: str
+
+    def split(self, dim: str, *axes: str) -> ItemNode:
+        op = self.opnode.op
+        assert op.weight is not None
+        if dim not in op.weight:
+            raise ConfigError(f"strategy.{self.opnode.name}.{self.item}", f"weight has no dimension '{dim}'",
+                              f"its dimensions are {', '.join(op.weight)}")
+        _check_axes(self.opnode.node, op, dim, tuple(axes), pad=False)
+        self.opnode.node.leaf.memory.setdefault((op.name, self.item), {})[dim] = tuple(axes)
+        return self
+
+
+def _check_axes(node: StrategyNode, op: Op, dim: str, axes: tuple[str, ...], pad: bool) -> None:
+    mesh = node._mesh()
+    where = f"strategy.{node.name}.{op.name}"
+    unknown = [a for a in axes if a not in AXIS_ORDER]
+    if unknown:
+        raise ConfigError(where, f"unknown mesh axis '{unknown[0]}'", f"use mesh axes {', '.join(AXIS_ORDER)}")
+    if len(set(axes)) != len(axes):
+        raise ConfigError(where, f"dimension '{dim}' names a mesh axis twice ({', '.join(axes)})", "name each once")
+    n, k = op.dims[dim], _axes_product(mesh, axes)
+    if not pad and n % k:
+        raise ConfigError(where, f"dimension '{dim}' of size {n} is not divisible by {' x '.join(axes)} = {k}",
+                          "choose axes whose sizes divide it, or split(..., pad=True) to pad it "
+                          "(as Megatron pads the vocabulary)")
+
+
+def _iteration_dims(op: Op) -> tuple[str, ...]:
+    """The op's independent loop dimensions (its FLOP space); others are views of them (an attention
+    op's q / o / kv widths are heads x head size), so they may share a mesh axis with them."""
+    if op.flop_dims is not None:
+        return op.flop_dims
+    return tuple(op.dims) if op.kind in CONTRACTION_KINDS else op.output
+
+
+def _set_split(node: StrategyNode, op: Op, dim: str, axes: tuple[str, ...], pad: bool) -> None:
+    _check_axes(node, op, dim, axes, pad)
+    split = node.leaf.ops.setdefault(op.name, {})
+    loops = _iteration_dims(op)
+    clash = ([a for d, ax in split.items() if d != dim and d in loops for a in ax if a in axes]
+             if dim in loops else [])
+    if clash:
+        other = next(d for d, ax in split.items() if d != dim and d in loops and clash[0] in ax)
+        raise ConfigError(f"strategy.{node.name}.{op.name}", f"mesh axis '{clash[0]}' already splits dimension "
+                          f"'{other}'", f"split '{other}' over other axes first, or pick another axis for '{dim}'")
+    if axes:
+        split[dim] = axes
+    else:
+        split.pop(dim, None)
+    node.leaf.explicit.setdefault(op.name, set()).add(dim)
 
 
 @dataclass
@@ -89,8 +389,9 @@ class StrategyTree:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False  # ZeRO-1/2 parameter all-gather runs under the next forward
     tp_comm_overlap: bool = False  # TP collectives pipelined with the GEMM they feed or follow
-    zero_stage: int = 0
+    zero_stage: int = 0  # informational (what a preset asked for); the compiler reads memory configs
     offload: str = "none"  # none | cpu | nvme | remote: model states live off the GPU (ZeRO-Infinity style)
+    schedule_set: bool = False  # a schedule was given (preset or schedule()); else derived from the batch
 
     @classmethod
     def from_model(cls, model: Model, mesh: DeviceMesh, global_batch: int, micro_batch: int) -> StrategyTree:
@@ -100,31 +401,260 @@ class StrategyTree:
             return StrategyNode(m.name, [build(c) for c in m.children])
 
         root = build(model.root)
-        root.schedule = ScheduleConfig()
-        root.recompute = "none"
-        root.stage = 0
-        return cls(model, mesh, root, global_batch, micro_batch)
+        root.schedule_config = ScheduleConfig()
+        root.recompute_mode = "none"
+        root.chunk = 0
+        root.shard_items = frozenset()
+        tree = cls(model, mesh, root, global_batch, micro_batch)
+        for n in root.walk():
+            n.tree = tree
+        return tree
+
+    def __getattr__(self, key: str) -> Any:
+        # S.layers[3] == S.root.layers[3]
+        root = self.__dict__.get("root")
+        if key.startswith("__") or root is None:
+            raise AttributeError(key)
+        return getattr(root, key)
 
     def leaves(self) -> list[tuple[StrategyNode, str, int]]:
         """(leaf, effective recompute, effective chunk) in execution order, inheritance applied."""
-        out: list[tuple[StrategyNode, str, int]] = []
+        return [(n, rc, c) for n, rc, c, _ in self._inherited()]
 
-        def rec(node: StrategyNode, recompute: str, stage: int) -> None:
-            recompute = node.recompute or recompute
-            stage = node.stage if node.stage is not None else stage
+    def _inherited(self) -> list[tuple[StrategyNode, str, int, frozenset[str]]]:
+        out: list[tuple[StrategyNode, str, int, frozenset[str]]] = []
+
+        def rec(node: StrategyNode, recompute: str, chunk: int, items: frozenset[str]) -> None:
+            recompute = node.recompute_mode or recompute
+            chunk = node.chunk if node.chunk is not None else chunk
+            items = node.shard_items if node.shard_items is not None else items
             if node.layer is not None:
-                out.append((node, recompute, stage))
+                out.append((node, recompute, chunk, items))
             for c in node.children:
-                rec(c, recompute, stage)
+                rec(c, recompute, chunk, items)
 
-        rec(self.root, self.root.recompute or "none", self.root.stage or 0)
+        rec(self.root, self.root.recompute_mode or "none", self.root.chunk or 0, self.root.shard_items or frozenset())
         return out
 
     @property
     def schedule(self) -> ScheduleConfig:
-        assert self.root.schedule is not None
-        return self.root.schedule
+        assert self.root.schedule_config is not None
+        return self.root.schedule_config
 
     @property
     def grad_accumulation(self) -> int:
         return self.schedule.n_micro_batch
+
+    @property
+    def data_parallel(self) -> int:
+        """Replicas of the batch: the mesh axes that split the batch dimension."""
+        return self.mesh.dp * self.mesh.ep
+
+    # -- resolution -----------------------------------------------------------------------------------
+    def resolve(self) -> StrategyTree:
+        """Check the strategy and fill what the user left to inference (in place; idempotent):
+        the micro-batch count, dataflow propagation of op layouts, weight and state memory configs.
+        Raises ConfigError naming the node and the fix."""
+        self._resolve_schedule()
+        inherited = self._inherited()
+        self._check_chunks(inherited)
+        self._propagate(inherited)
+        for node, _, _, items in inherited:
+            assert node.layer is not None
+            leaf = node.leaf
+            for op in node.layer.ops:
+                split = leaf.ops.setdefault(op.name, {})
+                if op.weight is not None and op.name not in leaf.weights:
+                    ov = {it: s for (o, it), s in leaf.memory.items() if o == op.name}
+                    leaf.weights[op.name] = sharded_weight_config(op, split, items, ov)
+                elif op.weight is None and op.extra_params and op.name not in leaf.extras:
+                    leaf.extras[op.name] = state_config(split, items)
+        return self
+
+    def _resolve_schedule(self) -> None:
+        sched = self.schedule
+        where = "strategy.schedule"
+        data = self.micro_batch * self.data_parallel
+        if self.global_batch < 1 or self.micro_batch < 1:
+            raise ConfigError("strategy.global_batch", "batch sizes must be >= 1", "use positive integers")
+        if not self.schedule_set:
+            if self.global_batch % data:
+                raise ConfigError("strategy.global_batch", f"{self.global_batch} is not divisible by micro_batch x "
+                                  f"data-parallel = {self.micro_batch} x {self.data_parallel} = {data}",
+                                  f"use a multiple of {data}")
+            sched.n_micro_batch = self.global_batch // data
+            self.schedule_set = True
+        elif sched.n_micro_batch * data != self.global_batch:
+            raise ConfigError(where, f"{sched.n_micro_batch} micro-batches x micro_batch {self.micro_batch} x "
+                              f"data-parallel {self.data_parallel} != global batch {self.global_batch}",
+                              f"use n_micro_batch = {self.global_batch // data if self.global_batch % data == 0 else '?'}")
+        if sched.kind == "interleaved" and sched.n_micro_batch % self.mesh.pp:
+            raise ConfigError(where, f"interleaved 1F1B needs micro-batches ({sched.n_micro_batch}) divisible by "
+                              f"pp={self.mesh.pp}", f"use a multiple of {self.mesh.pp} micro-batches")
+
+    def _check_chunks(self, inherited: list[tuple[StrategyNode, str, int, frozenset[str]]]) -> None:
+        n_chunks = self.mesh.pp * self.schedule.virtual_stages
+        last, last_name = 0, ""
+        used: set[int] = set()
+        for node, _, chunk, _ in inherited:
+            if chunk >= n_chunks:
+                raise ConfigError(f"strategy.{node.name}", f"mapped to pipeline chunk {chunk} but there are only "
+                                  f"{n_chunks} (pp={self.mesh.pp} x {self.schedule.virtual_stages} virtual stages)",
+                                  f"map it to 0 .. {n_chunks - 1}")
+            if chunk < last:
+                raise ConfigError(f"strategy.{node.name}", f"mapped to chunk {chunk} after {last_name} on chunk "
+                                  f"{last}: a later layer on an earlier chunk makes the pipeline's dependencies "
+                                  "cyclic", "map layers to non-decreasing chunks in model order")
+            last, last_name = chunk, node.name
+            used.add(chunk)
+        missing = sorted(set(range(n_chunks)) - used)
+        if missing:
+            raise ConfigError("strategy.map", f"pipeline chunk(s) {', '.join(map(str, missing))} have no layers",
+                              f"map layers onto every chunk 0 .. {n_chunks - 1} (pp={self.mesh.pp})")
+
+    def _propagate(self, inherited: list[tuple[StrategyNode, str, int, frozenset[str]]]) -> None:
+        """Dataflow propagation (Proteus section VII): a dimension of an op nobody set takes the
+        split its producer's output has on the same dimension, unless that mesh axis is taken."""
+        prev: Split = {}
+        for node, _, _, _ in inherited:
+            assert node.layer is not None
+            leaf = node.leaf
+            outs: dict[str, Split] = {}
+            cur = prev
+            for op in node.layer.ops:
+                split = leaf.ops.setdefault(op.name, {})
+                explicit = leaf.explicit.setdefault(op.name, set())
+                for i, dims in enumerate(op.inputs):
+                    src_name = op.input_from[i] if i < len(op.input_from) else None
+                    if src_name == "@skip":
+                        continue
+                    src = outs.get(src_name, {}) if src_name else cur
+                    for d in dims:
+                        if d in explicit or d in split or d not in src or d not in op.dims:
+                            continue
+                        used = {a for ax in split.values() for a in ax}
+                        axes = src[d]
+                        if used.isdisjoint(axes) and op.dims[d] % _axes_product(self.mesh, axes) == 0:
+                            split[d] = axes
+                out = {d: split[d] for d in op.output if d in split}
+                outs[op.name] = out
+                cur = out
+            prev = cur
+
+    # -- YAML ---------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved strategy as plain data (identical layers share one mapping: YAML anchors)."""
+        self.resolve()
+        shared: dict[str, dict[str, Any]] = {}
+        layers: dict[str, Any] = {}
+        for node, rc, chunk, _ in self._inherited():
+            leaf = node.leaf
+            cfg = {
+                "ops": {o: {d: list(a) for d, a in s.items()} for o, s in leaf.ops.items() if s},
+                "weights": {o: {it: {d: list(a) for d, a in getattr(w, it).items()} for it in STATE_ITEMS}
+                            for o, w in leaf.weights.items()},
+                "states": {o: {it: list(getattr(s, it)) for it in STATE_ITEMS} for o, s in leaf.extras.items()
+                           if any(getattr(s, it) for it in STATE_ITEMS)},
+                "saved": {f"{o}/{t}": {d: list(a) for d, a in s.items()} for (o, t), s in leaf.saved.items()},
+            }
+            key = repr(cfg)
+            layers[node.name] = {"chunk": chunk, "recompute": rc, "config": shared.setdefault(key, cfg)}
+        s = self.schedule
+        return {
+            "mesh": {a: self.mesh.size(a) for a in AXIS_ORDER},
+            "global_batch": self.global_batch, "micro_batch": self.micro_batch,
+            "schedule": {"n_micro_batch": s.n_micro_batch, "kind": s.kind, "virtual_stages": s.virtual_stages},
+            "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
+            "tp_comm_overlap": self.tp_comm_overlap, "offload": self.offload, "zero_stage": self.zero_stage,
+            "layers": layers,
+        }
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=110)
+
+    @classmethod
+    def from_dict(cls, model: Model, data: dict[str, Any]) -> StrategyTree:
+        """Rebuild a saved strategy for `model`; every name and value is checked (one-line errors)."""
+        def need(d: Any, key: str, where: str) -> Any:
+            if not isinstance(d, dict) or key not in d:
+                raise ConfigError(where, f"missing '{key}'", f"write the '{key}' key (see StrategyTree.to_yaml)")
+            return d[key]
+
+        mesh_d = need(data, "mesh", "strategy")
+        bad = [a for a in mesh_d if a not in AXIS_ORDER] if isinstance(mesh_d, dict) else ["?"]
+        if bad:
+            raise ConfigError("strategy.mesh", f"unknown mesh axis '{bad[0]}'", f"use {', '.join(AXIS_ORDER)}")
+        try:
+            mesh = DeviceMesh(**{a: int(v) for a, v in mesh_d.items()})
+            tree = cls.from_model(model, mesh, int(need(data, "global_batch", "strategy")),
+                                  int(need(data, "micro_batch", "strategy")))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("strategy.mesh", f"bad value ({exc})", "use positive integers") from None
+        s = need(data, "schedule", "strategy")
+        tree.root.schedule(int(need(s, "n_micro_batch", "strategy.schedule")), kind=str(s.get("kind", "1f1b")),
+                           virtual_stages=int(s.get("virtual_stages", 1)))
+        for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
+            setattr(tree, flag, bool(data.get(flag, getattr(tree, flag))))
+        tree.offload = str(data.get("offload", "none"))
+        tree.zero_stage = int(data.get("zero_stage", 0))
+        nodes = {n.name: n for n in tree.root.walk() if n.layer is not None}
+        layers = need(data, "layers", "strategy")
+        unknown = [k for k in layers if k not in nodes]
+        if unknown:
+            raise ConfigError(f"strategy.layers.{unknown[0]}", f"{model.name} has no layer '{unknown[0]}'",
+                              "save the strategy for this model (layer names must match)")
+        for name, node in nodes.items():
+            entry = need(layers, name, "strategy.layers")
+            node.chunk = int(entry.get("chunk", 0))
+            node.recompute(str(entry.get("recompute", "none")))
+            cfg = need(entry, "config", f"strategy.layers.{name}")
+            _load_leaf(node, cfg)
+        return tree.resolve()
+
+    @classmethod
+    def from_yaml(cls, model: Model, text: str) -> StrategyTree:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError("strategy", f"malformed YAML ({str(exc).splitlines()[0]})", "fix the file") from None
+        if not isinstance(data, dict):
+            raise ConfigError("strategy", "the file is not a mapping", "write it with StrategyTree.to_yaml")
+        return cls.from_dict(model, data)
+
+
+def _load_leaf(node: StrategyNode, cfg: dict[str, Any]) -> None:
+    assert node.layer is not None
+    ops = {op.name: op for op in node.layer.ops}
+    where = f"strategy.layers.{node.name}"
+
+    def op_of(name: str) -> Op:
+        if name not in ops:
+            raise ConfigError(f"{where}.{name}", f"layer has no op '{name}'", f"its ops are {', '.join(ops)}")
+        return ops[name]
+
+    leaf = node.leaf
+    for o, split in (cfg.get("ops") or {}).items():
+        op = op_of(o)
+        for d, axes in split.items():
+            if d not in op.dims:
+                raise ConfigError(f"{where}.{o}", f"op has no dimension '{d}'", f"its dimensions are {', '.join(op.dims)}")
+            _set_split(node, op, d, tuple(axes), pad=True)
+    for op in node.layer.ops:
+        leaf.explicit[op.name] = set(op.dims)  # a saved strategy is complete: nothing to propagate
+    for o, items in (cfg.get("weights") or {}).items():
+        op = op_of(o)
+        if op.weight is None:
+            raise ConfigError(f"{where}.{o}", "op has no weight", "drop its 'weights' entry")
+        leaf.weights[o] = WeightConfig(**{it: {d: tuple(a) for d, a in (items.get(it) or {}).items()}
+                                          for it in STATE_ITEMS})
+    for o, items in (cfg.get("states") or {}).items():
+        op_of(o)
+        leaf.extras[o] = StateConfig(**{it: tuple(items.get(it) or ()) for it in STATE_ITEMS})
+    for key, split in (cfg.get("saved") or {}).items():
+        o, _, t = str(key).partition("/")
+        op_of(o)
+        leaf.saved[(o, t)] = {d: tuple(a) for d, a in split.items()}
