@@ -35,6 +35,8 @@ from .sim.result import (
 from .strategy.placement import placement
 from .strategy.precision import Precision
 from .strategy.presets import ParallelSpec, build_strategy
+from .workload.hf import build_hf_model
+from .workload.ir import Model
 from .workload.zoo import build_model, model_names
 
 EXACT_MODE_MAX_RANKS = 1024  # per-rank mode is for verification and asymmetric cases, not for scale
@@ -129,6 +131,18 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         offload=s.offload)
 
 
+def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims: dict[str, int | None]) -> Model:
+    """A built-in model by name, bad names and dimensions turned into ConfigErrors."""
+    try:
+        return build_model(name, batch, seq_len, attention, **dims)
+    except KeyError as exc:
+        if name not in model_names():
+            raise ConfigError("model.name", f"unknown model '{name}'", "see `trainsim models` for the names") from None
+        raise ConfigError("model", str(exc).strip("'\""), "") from None
+    except ValueError as exc:
+        raise ConfigError("model.seq_len", str(exc), "use a shorter --seq-len") from None
+
+
 def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
     """What to change when a stage does not fit, sized by how far over it is."""
     worst = max(mem, key=lambda m: m.peak_bytes - m.capacity_bytes)
@@ -188,15 +202,15 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
                           f"tasks (limit {EXACT_MODE_MAX_RANKS})", "drop --exact: rank classes give the same answer")
     spec = _spec(job, cl.world_size)
     m = job.model
-    try:
-        mdl = build_model(m.name, spec.micro_batch * spec.dp, m.seq_len, m.attention, layers=m.layers,
-                          hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads, ffn=m.ffn, vocab=m.vocab)
-    except KeyError as exc:
-        if m.name not in model_names():
-            raise ConfigError("model.name", f"unknown model '{m.name}'", "see `trainsim models` for the names") from None
-        raise ConfigError("model", str(exc).strip("'\""), "") from None
-    except ValueError as exc:
-        raise ConfigError("model.seq_len", str(exc), "use a shorter --seq-len") from None
+    dims = {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads, "ffn": m.ffn,
+            "vocab": m.vocab}
+    if m.hf_config is not None:
+        if "name" in m.model_fields_set:
+            raise ConfigError("model.name", f"and model.hf_config both name the model ('{m.name}' and "
+                              f"{m.hf_config})", "keep only one of them (--model or --hf-config)")
+        mdl = build_hf_model(m.hf_config, spec.micro_batch * spec.dp, m.seq_len, m.attention, **dims)
+    else:
+        mdl = _zoo_model(m.name, spec.micro_batch * spec.dp, m.seq_len, m.attention, dims)
     tree = build_strategy(mdl, spec)
     precision = Precision.named(job.simulation.dtype)
     try:
@@ -250,7 +264,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         peak_tflops=peak / 1e12, breakdown=breakdown, breakdown_per_stage=stage_breakdown, memory=memory,
         critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
         critical_path_by_category=time_by_category(graph, trace, path), n_tasks=len(graph), advice=_advice(memory, spec),
-        graph=graph, trace=trace, model_params=mdl.params,
+        graph=graph, trace=trace, model_params=mdl.params, model_assumptions=list(mdl.assumptions),
         placement=[p.describe(cl.levels) for p in placement(tree.mesh, cl.levels)])
     result.simulation_wall_s = time.perf_counter() - wall0
     return result

@@ -35,6 +35,8 @@ def _write_atomic(path: Path, text: str) -> None:
 def simulate(
     config: Annotated[Path | None, typer.Argument(help="YAML job file (model/cluster/strategy/simulation)")] = None,
     model: Annotated[str | None, Opt(help="model name (trainsim models) or 'custom'")] = None,
+    hf_config: Annotated[Path | None, Opt(help="import a local Hugging Face config.json (or its folder) instead of "
+                                          "--model; --seq-len/--layers/... apply on top")] = None,
     cluster: Annotated[str | None, Opt(help="cluster preset (trainsim clusters)")] = None,
     nodes: Annotated[int | None, Opt(help="number of nodes (default: what the degrees need)")] = None,
     gpu: Annotated[str | None, Opt(help="replace the preset's GPU (e.g. h100-sxm)")] = None,
@@ -95,7 +97,7 @@ def simulate(
 ) -> None:
     """Predict one training iteration (no arguments: GPT-3 175B on 1024 A100-80GB, Megatron 3D parallel)."""
     flags: dict[str, Any] = {
-        "model": {"name": model, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
+        "model": {"name": model, "hf_config": str(hf_config) if hf_config is not None else None, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
                   "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "attention": attention},
         "cluster": {"name": cluster, "nodes": nodes, "gpu": gpu, "gpus_per_node": gpus_per_node,
                     "intra_node_gbps": intra_node_gbps, "nics_per_node": nics_per_node, "nic_gbps": nic_gbps,
@@ -111,8 +113,13 @@ def simulate(
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing},
     }
     job_flags = any(v is not None for sec in ("model", "cluster", "strategy") for v in flags[sec].values())
+    if model is not None and hf_config is not None:
+        raise ConfigError("--hf-config", "and --model both name the model", "pass only one of them")
     if config is not None:
         base = load_yaml(config)
+        if (model is not None or hf_config is not None) and isinstance(base.get("model"), dict):
+            # a model flag replaces the file's model, whichever way the file names it
+            base = {**base, "model": {k: v for k, v in base["model"].items() if k not in ("name", "hf_config")}}
     elif job_flags:
         base = {}
     else:
@@ -137,6 +144,8 @@ def simulate(
         resolved = job.model_copy(deep=True)
         resolved.strategy.dp = s["dp"]
         resolved.strategy.global_batch = s["global_batch"]
+        if resolved.model.hf_config is not None:  # the dumped job must find the file from anywhere
+            resolved.model.hf_config = str(Path(resolved.model.hf_config).resolve())
         if job.cluster.topology is None:
             resolved.cluster.nodes = result.n_gpus // max(1, _gpus_per_node(job.cluster.name))
         _write_atomic(dump_config, dump_yaml(resolved))

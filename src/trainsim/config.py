@@ -17,6 +17,9 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     name: str = "gpt3-175b"
+    hf_config: str | None = Field(None, description="local Hugging Face config.json (or its folder) to import "
+                                  "instead of a built-in model; a relative path is taken from the working "
+                                  "directory; the other model keys override it")
     seq_len: int | None = Field(None, ge=1)
     layers: int | None = Field(None, ge=1)
     hidden: int | None = Field(None, ge=1)
@@ -146,4 +149,7 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def dump_yaml(job: JobConfig) -> str:
-    return yaml.safe_dump(job.model_dump(exclude_none=True), sort_keys=False)
+    data = job.model_dump(exclude_none=True)
+    if job.model.hf_config is not None:  # the imported config is the model: no built-in name beside it
+        data["model"].pop("name", None)
+    return yaml.safe_dump(data, sort_keys=False)

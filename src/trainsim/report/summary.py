@@ -35,6 +35,8 @@ def print_summary(r: SimulationResult, console: Console | None = None) -> None:
               f"(grad accumulation {s['grad_accumulation']}) {s['dtype']}")
     if r.placement:
         con.print("placement: " + "; ".join(r.placement))
+    if r.model_assumptions:
+        con.print("model assumptions: " + "; ".join(r.model_assumptions), markup=False)
     t = Table(title="Predicted iteration", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")

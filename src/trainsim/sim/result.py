@@ -53,6 +53,7 @@ class SimulationResult:
     model_params: int = 0
     advice: list[str] = field(default_factory=list)
     placement: list[str] = field(default_factory=list)  # where each parallel axis lands on the topology
+    model_assumptions: list[str] = field(default_factory=list)  # where the model approximates its source
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
 
@@ -122,6 +123,8 @@ class SimulationResult:
             "simulation_wall_s": self.simulation_wall_s,
             "n_tasks": self.n_tasks,
         }
+        if self.model_assumptions:
+            out["model_assumptions"] = self.model_assumptions
         if self.tokens_per_sample:
             out["tokens_per_s"] = self.tokens_per_s
             out["tokens_per_s_per_gpu"] = (self.tokens_per_s or 0.0) / self.n_gpus

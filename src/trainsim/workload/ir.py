@@ -156,6 +156,7 @@ class Model:
     seq_len: int | None = None  # tokens per sample for language models, None otherwise
     description: str = ""
     hyper: dict[str, int | float | str] = field(default_factory=dict)
+    assumptions: tuple[str, ...] = ()  # where the model approximates its source (e.g. an imported HF config)
 
     @property
     def layers(self) -> list[Layer]:

@@ -44,10 +44,30 @@ class TransformerConfig:
     capacity_factor: float = 1.0
     max_positions: int | None = None
     description: str = ""
+    # Finer-grained features (imported Hugging Face configs); the defaults reproduce the built-in zoo.
+    head_size: int | None = None  # explicit head dim when it is not hidden // heads (HF `head_dim`)
+    qkv_bias: bool | None = None  # None: follow `bias` (Qwen2 has q/k/v biases only)
+    out_bias: bool | None = None  # attention output projection bias; None: follow `bias`
+    mlp_bias: bool | None = None  # MLP / expert-free FFN biases; None: follow `bias`
+    position_rows: int | None = None  # rows of the learned position table; None: seq_len rows
+    token_types: int = 0  # BERT token-type (segment) embedding rows: parameters only
+    assumptions: tuple[str, ...] = ()  # named approximations of the source architecture
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.bias if self.out_bias is None else self.out_bias
+
+    @property
+    def has_mlp_bias(self) -> bool:
+        return self.bias if self.mlp_bias is None else self.mlp_bias
 
     @property
     def kv(self) -> int:
@@ -74,7 +94,7 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
     h = cfg.hidden
     ops = [
         Op("qkv", OpKind.MATMUL, {"b": b, "s": s, "h": h, "q": q}, (("b", "s", "h"),), ("b", "s", "q"),
-           weight=("q", "h"), extra_params=q if cfg.bias else 0,
+           weight=("q", "h"), extra_params=q if cfg.has_qkv_bias else 0,
            saved=(SavedTensor("input", ("b", "s", "h")),)),
     ]
     if cfg.position == "rope":
@@ -115,7 +135,7 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
                              SavedTensor("v", ("b", "t", "kv"))),
                       selective_recompute=True))
     ops.append(Op("proj", OpKind.MATMUL, {"b": b, "s": s, "o": o, "h": h}, (("b", "s", "o"),),
-                  ("b", "s", "h"), weight=("h", "o"), extra_params=h if cfg.bias else 0,
+                  ("b", "s", "h"), weight=("h", "o"), extra_params=h if cfg.has_out_bias else 0,
                   saved=(SavedTensor("input", ("b", "s", "o")),)))
     return ops
 
@@ -128,13 +148,13 @@ def _mlp_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     return [
         Op("fc1", OpKind.MATMUL, {"b": b, "s": s, "h": h, "f2": f2} if cfg.mlp == "swiglu"
            else {"b": b, "s": s, "h": h, "f": f}, (("b", "s", "h"),), act_in,
-           weight=(act_in[-1], "h"), extra_params=f2 if cfg.bias else 0,
+           weight=(act_in[-1], "h"), extra_params=f2 if cfg.has_mlp_bias else 0,
            saved=(SavedTensor("input", ("b", "s", "h")),)),
         Op("act", OpKind.ELEMENTWISE, act_dims, (act_in,), ("b", "s", "f"),
            flops_per_point=8.0 if cfg.mlp == "gelu" else 6.0,
            saved=(SavedTensor("input", act_in),)),
         Op("fc2", OpKind.MATMUL, {"b": b, "s": s, "f": f, "h": h}, (("b", "s", "f"),), ("b", "s", "h"),
-           weight=("h", "f"), extra_params=h if cfg.bias else 0,
+           weight=("h", "f"), extra_params=h if cfg.has_mlp_bias else 0,
            saved=(SavedTensor("input", ("b", "s", "f")),)),
     ]
 
@@ -172,7 +192,8 @@ def _block(cfg: TransformerConfig, i: int, b: int, s: int, impl: str) -> Layer:
 
 def _embedding(cfg: TransformerConfig, b: int, s: int) -> Layer:
     h, v = cfg.hidden, cfg.vocab
-    pos = cfg.seq_len * h if cfg.position == "learned" else 0
+    pos = (cfg.position_rows or cfg.seq_len) * h if cfg.position == "learned" else 0
+    pos += cfg.token_types * h
     ops = [Op("embed", OpKind.EMBEDDING, {"b": b, "s": s, "h": h, "v": v}, (("b", "s"),), ("b", "s", "h"),
               weight=("v", "h"), extra_params=pos, flop_dims=("b", "s", "h"), flops_per_point=1.0)]
     if cfg.dropout:
@@ -207,7 +228,8 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     cfg_s = replace(cfg, seq_len=s)
     blocks = [_block(cfg_s, i, batch, s, attention) for i in range(cfg.layers)]
     root = Module(cfg.name, [_embedding(cfg_s, batch, s), Module("layers", list(blocks)), _head(cfg_s, batch, s)])
-    return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description, hyper={
+    return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description,
+                 assumptions=cfg.assumptions, hyper={
         "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,
         "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.experts, "top_k": cfg.top_k if cfg.experts else 0,
         "attention": attention})

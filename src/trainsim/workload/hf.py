@@ -1,0 +1,381 @@
+"""Import a local Hugging Face `config.json` (nothing is downloaded) as a trainsim transformer.
+
+One reader per `model_type` maps every field the IR can represent onto a TransformerConfig.
+What the IR cannot represent and that changes FLOPs, parameters or memory is never dropped
+silently: it is named in the config's `assumptions` (and so in the model's description).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .ir import Model
+from .zoo.transformer import TransformerConfig, build_transformer
+
+FIELD = "model.hf_config"
+GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate",
+                       "quick_gelu"})
+ARCH_PREFIXES = (("Qwen2Moe", "qwen2_moe"), ("Qwen2", "qwen2"), ("Mixtral", "mixtral"), ("Mistral", "mistral"),
+                 ("Llama", "llama"), ("GPTNeoX", "gpt_neox"), ("GPT2", "gpt2"), ("Bert", "bert"))
+UNSUPPORTED_WHY = {
+    "qwen2_moe": "its shared expert (a dense MLP beside the routed experts) has no counterpart in trainsim's IR",
+}
+OVERRIDABLE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+_MISSING = object()
+
+
+@dataclass
+class _Fields:
+    """A config.json's top-level object plus its path, with typed getters that fail with a named key."""
+
+    path: Path
+    data: dict[str, Any]
+    notes: list[str] = field(default_factory=list)  # informational: no effect on the cost
+    assumptions: list[str] = field(default_factory=list)  # named approximations that do affect it
+
+    def _error(self, key: str, problem: str, fix: str) -> ConfigError:
+        return ConfigError(f"hf_config.{key}", f"{problem} in {self.path}", fix)
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise self._error(key, "missing", f"add \"{key}\" (the published config.json of this model "
+                                  "states it)")
+            return default
+        return value
+
+    def positive_int(self, key: str, default: Any = _MISSING, *, alias: str | None = None) -> int:
+        if alias is not None and self.data.get(key) is None and self.data.get(alias) is not None:
+            key = alias
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self._error(key, f"must be a positive integer, got {value!r}", "fix the value")
+        return value
+
+    def max_probability(self, *keys: str) -> float:
+        """The largest of the dropout probabilities stated under `keys` (absent: 0)."""
+        out = 0.0
+        for key in keys:
+            value = self.data.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+                raise self._error(key, f"must be a probability in [0, 1), got {value!r}", "fix the value")
+            out = max(out, float(value))
+        return out
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._error(key, f"must be true or false, got {value!r}", "fix the value")
+        return value
+
+    def string(self, key: str, default: str) -> str:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._error(key, f"must be a string, got {value!r}", "fix the value")
+        return value
+
+    def architecture(self) -> str | None:
+        archs = self.data.get("architectures")
+        if isinstance(archs, list) and archs and isinstance(archs[0], str):
+            return archs[0]
+        return None
+
+
+def read_hf_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """Read a config.json (or a directory holding one) into its top-level JSON object."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(FIELD, f"cannot read {p}: {exc.strerror or exc}",
+                          "pass the path of a local Hugging Face config.json (nothing is downloaded)") from None
+    except UnicodeDecodeError:
+        raise ConfigError(FIELD, f"{p} is not JSON (not UTF-8 text)", "pass a Hugging Face config.json") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(FIELD, f"{p} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+                          "pass a Hugging Face config.json") from None
+    if not isinstance(data, dict):
+        raise ConfigError(FIELD, f"{p} holds a JSON {type(data).__name__}, not an object",
+                          "pass a Hugging Face config.json") from None
+    return p, data
+
+
+def _model_type(f: _Fields) -> str:
+    mt = f.data.get("model_type")
+    if mt is None:
+        arch = f.architecture() or ""
+        mt = next((t for prefix, t in ARCH_PREFIXES if arch.startswith(prefix)), None)
+        if mt is None:
+            raise f._error("model_type", "missing (and no known \"architectures\" entry)",
+                           f"add \"model_type\": one of {', '.join(READERS)}")
+    if not isinstance(mt, str):
+        raise f._error("model_type", f"must be a string, got {mt!r}", f"use one of {', '.join(READERS)}")
+    if mt not in READERS:
+        why = f" ({UNSUPPORTED_WHY[mt]})" if mt in UNSUPPORTED_WHY else ""
+        raise f._error("model_type", f"'{mt}' is not supported{why}",
+                       f"use a config whose model_type is one of {', '.join(READERS)}")
+    return mt
+
+
+def _head_size(f: _Fields, hidden: int, heads: int) -> int | None:
+    """An explicit `head_dim` only where it differs from hidden // heads (Mistral NeMo: 128 vs 160)."""
+    if f.data.get("head_dim") is None:
+        return None
+    d = f.positive_int("head_dim")
+    return None if hidden % heads == 0 and d == hidden // heads else d
+
+
+def _lm_head_note(f: _Fields, mt: str) -> None:
+    arch = f.architecture()
+    if arch is None:
+        f.assumptions.append(f"no \"architectures\": trained as a {mt} language model with an LM head over the "
+                             "vocabulary")
+    elif not arch.endswith(("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForPreTraining")):
+        f.assumptions.append(f"{arch} is modelled with an LM head and cross-entropy over the vocabulary "
+                             "(its task head is smaller)")
+
+
+def _dropout(f: _Fields, *keys: str) -> bool:
+    """Dropout on (the IR has one switch for every site) when any stated probability is > 0."""
+    probs = {k: f.max_probability(k) for k in keys if f.data.get(k) is not None}
+    on = [k for k, v in probs.items() if v > 0]
+    if on and len(on) < len(probs):
+        f.assumptions.append(f"dropout modelled at every site although only {', '.join(on)} > 0")
+    return bool(on)
+
+
+def _rope_notes(f: _Fields) -> None:
+    scaling = f.data.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise f._error("rope_scaling", f"must be an object or null, got {scaling!r}", "fix the value")
+    theta = f.data.get("rope_theta")
+    if theta is not None:
+        f.notes.append(f"rope_theta {theta:.10g}" if isinstance(theta, int | float) else f"rope_theta {theta!r}")
+    if scaling:
+        kind = scaling.get("rope_type") or scaling.get("type") or "?"
+        f.notes.append(f"rope_scaling {kind} x{scaling.get('factor', '?')} (no effect on FLOPs, parameters "
+                       "or memory)")
+
+
+def _sliding_window(f: _Fields, active: bool) -> None:
+    window = f.data.get("sliding_window")
+    if active and window is not None:
+        window = f.positive_int("sliding_window")
+        f.assumptions.append(f"sliding_window {window} not modelled: attention is costed over the full causal "
+                             f"context (over-estimates attention time when seq_len > {window})")
+
+
+def _llama_like(f: _Fields, mt: str) -> TransformerConfig:
+    """Llama 1/2/3/3.1, Mistral, Mixtral and Qwen2: RMSNorm, SwiGLU, RoPE, GQA, untied by default."""
+    layers, hidden = f.positive_int("num_hidden_layers"), f.positive_int("hidden_size")
+    heads = f.positive_int("num_attention_heads")
+    kv = f.positive_int("num_key_value_heads", heads)
+    act = f.string("hidden_act", "silu")
+    if act != "silu":
+        f.assumptions.append(f"gated MLP activation {act} costed as SiLU (elementwise only)")
+    attn_bias = f.boolean("attention_bias", False)
+    qkv_bias = True if mt == "qwen2" else attn_bias  # Qwen2 hard-codes q/k/v biases, no o_proj bias
+    _rope_notes(f)
+    _sliding_window(f, mt != "qwen2" or f.boolean("use_sliding_window", False))
+    experts, top_k = 0, 2
+    if mt == "mixtral":
+        experts, top_k = f.positive_int("num_local_experts"), f.positive_int("num_experts_per_tok")
+        if top_k > experts:
+            raise f._error("num_experts_per_tok", f"{top_k} exceeds num_local_experts {experts}",
+                           "route each token to at most num_local_experts experts")
+        f.assumptions.append("expert load assumed balanced (capacity factor 1.0, no dropped tokens)")
+    _lm_head_note(f, mt)
+    seq = f.positive_int("max_position_embeddings")
+    ffn, vocab = f.positive_int("intermediate_size"), f.positive_int("vocab_size")
+    return TransformerConfig(
+        "", "llama", layers, hidden, heads, ffn, vocab, seq,
+        kv_heads=kv, norm="rmsnorm", mlp="swiglu", position="rope", bias=False,
+        dropout=_dropout(f, "attention_dropout"), tied_embeddings=f.boolean("tie_word_embeddings", False),
+        experts=experts, top_k=top_k, max_positions=seq, head_size=_head_size(f, hidden, heads),
+        qkv_bias=qkv_bias, out_bias=attn_bias, mlp_bias=f.boolean("mlp_bias", False))
+
+
+def _gpt2(f: _Fields, mt: str) -> TransformerConfig:
+    """GPT-2: LayerNorm, GELU MLP (n_inner, null = 4 n_embd), learned positions, biases, tied LM head."""
+    hidden, heads = f.positive_int("n_embd"), f.positive_int("n_head")
+    act = f.string("activation_function", "gelu_new")
+    if act not in GELU_ACTS:
+        f.assumptions.append(f"MLP activation {act} costed as GELU (elementwise only)")
+    if f.boolean("add_cross_attention", False):
+        f.assumptions.append("add_cross_attention ignored: decoder self-attention only")
+    _lm_head_note(f, mt)
+    positions = f.positive_int("n_positions", alias="n_ctx")
+    layers, ffn = f.positive_int("n_layer"), f.positive_int("n_inner", 4 * hidden)
+    return TransformerConfig(
+        "", "gpt", layers, hidden, heads, ffn, f.positive_int("vocab_size"), positions,
+        dropout=_dropout(f, "resid_pdrop", "embd_pdrop", "attn_pdrop"),
+        tied_embeddings=f.boolean("tie_word_embeddings", True), max_positions=positions, position_rows=positions)
+
+
+def _gpt_neox(f: _Fields, mt: str) -> TransformerConfig:
+    """GPT-NeoX / Pythia: LayerNorm, GELU MLP with biases, rotary on a fraction of each head, untied."""
+    hidden, heads = f.positive_int("hidden_size"), f.positive_int("num_attention_heads")
+    act = f.string("hidden_act", "gelu")
+    if act not in GELU_ACTS:
+        f.assumptions.append(f"MLP activation {act} costed as GELU (elementwise only)")
+    if f.boolean("use_parallel_residual", True):
+        f.assumptions.append("use_parallel_residual: attention and MLP run one after the other (same FLOPs and "
+                             "parameters; no fused TP all-reduce)")
+    pct = f.data.get("rotary_pct", 0.25)
+    if isinstance(pct, int | float) and not isinstance(pct, bool) and pct != 1:
+        f.assumptions.append(f"rotary_pct {pct:g}: RoPE elementwise cost counted over the whole head dim")
+    _rope_notes(f)
+    _lm_head_note(f, mt)
+    seq = f.positive_int("max_position_embeddings")
+    attn_bias = f.boolean("attention_bias", True)
+    layers, ffn, vocab = f.positive_int("num_hidden_layers"), f.positive_int("intermediate_size"), \
+        f.positive_int("vocab_size")
+    return TransformerConfig(
+        "", "gpt", layers, hidden, heads, ffn, vocab, seq,
+        position="rope", bias=True, qkv_bias=attn_bias, out_bias=attn_bias,
+        dropout=_dropout(f, "attention_dropout", "hidden_dropout", "attention_probs_dropout_prob",
+                         "hidden_dropout_prob"),
+        tied_embeddings=f.boolean("tie_word_embeddings", False), max_positions=seq)
+
+
+BERT_POOLER = frozenset({"BertModel", "BertForPreTraining", "BertForSequenceClassification",
+                         "BertForNextSentencePrediction", "BertForMultipleChoice"})
+BERT_MLM = frozenset({"BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel"})
+
+
+def _bert(f: _Fields, mt: str) -> TransformerConfig:
+    """BERT encoder: post-LN blocks, GELU MLP, learned + token-type positions, tied MLM decoder."""
+    hidden, heads = f.positive_int("hidden_size"), f.positive_int("num_attention_heads")
+    vocab = f.positive_int("vocab_size")
+    act = f.string("hidden_act", "gelu")
+    if act not in GELU_ACTS:
+        f.assumptions.append(f"MLP activation {act} costed as GELU (elementwise only)")
+    pos_kind = f.string("position_embedding_type", "absolute")
+    if pos_kind != "absolute":
+        f.assumptions.append(f"position_embedding_type {pos_kind}: relative-position embeddings not modelled")
+    arch = f.architecture() or "BertForMaskedLM"
+    h = hidden
+    missing = ["post-LN ordering modelled as pre-LN and the final LayerNorm stands in for the embedding "
+               "LayerNorm (same FLOPs and parameters)"]
+    if arch in BERT_MLM:
+        missing.append(f"MLM transform dense + LayerNorm not modelled ({h * h + 3 * h:,} parameters, "
+                       f"2 x {h * h:,} FLOPs per token forward) nor the decoder bias ({vocab:,} parameters)")
+    else:
+        missing.append(f"{arch} has no MLM head: modelled with a tied LM head over the vocabulary "
+                       f"(2 x {h * vocab:,} FLOPs per token forward)")
+    if arch in BERT_POOLER:
+        missing.append(f"pooler not modelled ({h * h + h:,} parameters)")
+    if arch == "BertForPreTraining":
+        missing.append(f"next-sentence head not modelled ({2 * h + 2:,} parameters)")
+    if f.architecture() is None:
+        missing.append("no \"architectures\": read as BertForMaskedLM")
+    f.assumptions.extend(missing)
+    positions = f.positive_int("max_position_embeddings")
+    layers, ffn = f.positive_int("num_hidden_layers"), f.positive_int("intermediate_size")
+    return TransformerConfig(
+        "", "bert", layers, hidden, heads, ffn, vocab, positions,
+        dropout=_dropout(f, "hidden_dropout_prob", "attention_probs_dropout_prob"),
+        tied_embeddings=f.boolean("tie_word_embeddings", True), causal=f.boolean("is_decoder", False),
+        max_positions=positions, position_rows=positions, token_types=f.positive_int("type_vocab_size", 2))
+
+
+READERS: dict[str, Callable[[_Fields, str], TransformerConfig]] = {
+    "bert": _bert, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
+    "mixtral": _llama_like, "qwen2": _llama_like,
+}
+"""Supported `model_type`s (keys) and their readers."""
+
+HEAD_KEYS = {"gpt2": ("n_head", "n_head"), "gpt_neox": ("num_attention_heads", "num_attention_heads"),
+             "bert": ("num_attention_heads", "num_attention_heads")}
+"""config.json keys holding the attention and key/value head counts (default: Llama's names)."""
+
+
+def _check(cfg: TransformerConfig, heads_field: str, kv_field: str, where: str) -> None:
+    """Reject shapes no checkpoint could have: heads not dividing hidden, kv heads not dividing heads."""
+    if cfg.head_size is None and cfg.hidden % cfg.heads:
+        raise ConfigError(heads_field, f"{cfg.heads} heads do not divide hidden size {cfg.hidden}{where}",
+                          f"use a head count dividing {cfg.hidden} (or state head_dim)")
+    if cfg.heads % cfg.kv:
+        raise ConfigError(kv_field, f"{cfg.kv} key/value heads do not divide {cfg.heads} attention "
+                          f"heads{where}", f"use a kv head count dividing {cfg.heads}")
+
+
+def _name(f: _Fields, mt: str, cfg: TransformerConfig) -> str:
+    """`_name_or_path` (a hub id, or a local path's last part), else model_type + parameter count."""
+    given = f.data.get("_name_or_path")
+    if isinstance(given, str) and given.strip():
+        given = given.strip().rstrip("/\\")
+        looks_local = given.startswith(("/", ".", "~")) or "\\" in given or given.count("/") > 1
+        return Path(given).name if looks_local else given
+    params = build_transformer(cfg, 1).params
+    size = f"{params / 1e9:.3g}b" if params >= 1e9 else f"{params / 1e6:.3g}m"
+    return f"{mt}-{size}"
+
+
+def load_hf_config(path: str | Path) -> TransformerConfig:
+    """A TransformerConfig from a local Hugging Face config.json (sequence length: max positions)."""
+    p, data = read_hf_json(path)
+    f = _Fields(p, data)
+    mt = _model_type(f)
+    cfg = READERS[mt](f, mt)
+    heads_key, kv_key = HEAD_KEYS.get(mt, ("num_attention_heads", "num_key_value_heads"))
+    _check(cfg, f"hf_config.{heads_key}", f"hf_config.{kv_key}", f" in {p}")
+    arch = f.architecture() or mt
+    desc = f"{arch} from {p} (Hugging Face model_type {mt})"
+    if f.notes:
+        desc += "; " + "; ".join(f.notes)
+    if f.assumptions:
+        desc += "; assumptions: " + "; ".join(f.assumptions)
+    cfg = replace(cfg, description=desc, assumptions=tuple(f.assumptions))
+    return replace(cfg, name=_name(f, mt, cfg))
+
+
+def hf_transformer_config(path: str | Path, seq_len: int | None = None, **dims: int | None) -> TransformerConfig:
+    """`load_hf_config` with the job's overrides (--seq-len, --layers, --hidden, ...) applied on top."""
+    cfg = load_hf_config(path)
+    unknown = set(dims) - set(OVERRIDABLE)
+    if unknown:
+        raise ConfigError("model", f"unknown override(s) {', '.join(sorted(unknown))}",
+                          f"use {', '.join(OVERRIDABLE)}")
+    fields: dict[str, int] = {k: int(v) for k, v in dims.items() if v is not None}
+    if seq_len is not None:
+        fields["seq_len"] = int(seq_len)
+    if not fields:
+        return cfg
+    out = replace(cfg, **fields)  # type: ignore[arg-type]
+    if "hidden" in fields or "heads" in fields:
+        out = replace(out, head_size=None)  # a new shape: head dim follows hidden // heads
+    # the file passed the same checks, so an overridden field is the culprit
+    _check(out, "model.heads" if "heads" in fields else "model.hidden",
+           "model.kv_heads" if "kv_heads" in fields else "model.heads", " after the overrides")
+    return out
+
+
+def build_hf_model(path: str | Path, batch: int, seq_len: int | None = None, attention: str = "flash",
+                   **dims: int | None) -> Model:
+    """Instantiate the model a config.json describes for `batch` sequences (overrides as in the zoo)."""
+    cfg = hf_transformer_config(path, seq_len, **dims)
+    try:
+        return build_transformer(cfg, batch, cfg.seq_len, attention)
+    except ValueError as exc:
+        limit = cfg.max_positions or cfg.seq_len
+        raise ConfigError("model.seq_len", str(exc), f"use --seq-len {limit} or less") from None
+
+
+__all__ = ["READERS", "build_hf_model", "hf_transformer_config", "load_hf_config", "read_hf_json"]

@@ -1,0 +1,325 @@
+"""Hugging Face config.json import: published parameter counts by formula, identity with the zoo, errors, CLI.
+
+The configs under tests/data/hf/ are the published ones (see the README there). Every expected
+number below is either a closed-form formula over the config's own fields or a parameter count
+the model's publisher / Hugging Face reports (`model.num_parameters()`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trainsim
+from trainsim.errors import ConfigError
+from trainsim.workload.hf import READERS, build_hf_model, hf_transformer_config, load_hf_config
+from trainsim.workload.ir import CONTRACTION_KINDS, Model
+from trainsim.workload.zoo import build_model
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def cfg_json(name: str) -> dict[str, Any]:
+    return json.loads((HF / name).read_text())
+
+
+def write(tmp_path: Path, data: Any, name: str = "config.json") -> Path:
+    p = tmp_path / name
+    if isinstance(data, str):
+        p.write_bytes(data.encode("utf-8", "surrogateescape"))  # "\udcff": a stray 0xff byte
+    else:
+        p.write_text(json.dumps(data))
+    return p
+
+
+# ---- closed-form parameter counts over a config's own fields --------------------------------------------
+
+
+def llama_params(c: dict[str, Any]) -> int:
+    """RMSNorm x2 per layer, q/k/v/o (+ q/k/v biases for Qwen2), SwiGLU (x experts + router), untied head."""
+    L, h, a, f, v = (c[k] for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                    "intermediate_size", "vocab_size"))
+    g = c.get("num_key_value_heads") or a
+    d = c.get("head_dim") or h // a
+    qkv = h * (a + 2 * g) * d + ((a + 2 * g) * d if c["model_type"] == "qwen2" else 0)
+    e = c.get("num_local_experts", 0)
+    mlp = 3 * h * f * e + h * e if e else 3 * h * f
+    return L * (qkv + a * d * h + mlp + 2 * h) + v * h * (1 if c.get("tie_word_embeddings") else 2) + h
+
+
+def gpt_block_params(h: int, f: int) -> int:
+    """LayerNorm x2, fused qkv, proj, fc1, fc2, all with biases (12 h^2 + 13 h when f = 4h)."""
+    return 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h)
+
+
+def gpt2_params(c: dict[str, Any]) -> int:
+    h = c["n_embd"]
+    return (c["n_layer"] * gpt_block_params(h, c.get("n_inner") or 4 * h) + c["vocab_size"] * h
+            + c["n_positions"] * h + 2 * h)
+
+
+def neox_params(c: dict[str, Any]) -> int:
+    h = c["hidden_size"]
+    return c["num_hidden_layers"] * gpt_block_params(h, c["intermediate_size"]) + 2 * c["vocab_size"] * h + 2 * h
+
+
+def bert_model_params(c: dict[str, Any]) -> int:
+    """BertModel: word + position + token-type embeddings, embedding LayerNorm, blocks, pooler."""
+    h = c["hidden_size"]
+    emb = (c["vocab_size"] + c["max_position_embeddings"] + c["type_vocab_size"]) * h + 2 * h
+    return emb + c["num_hidden_layers"] * gpt_block_params(h, c["intermediate_size"]) + (h * h + h)
+
+
+@pytest.mark.parametrize(("file", "formula", "published"), [
+    ("gpt2.json", gpt2_params, 124_439_808),  # openai-community/gpt2
+    ("llama-2-7b.json", llama_params, 6_738_415_616),  # meta-llama/Llama-2-7b-hf
+    ("llama-3-8b.json", llama_params, 8_030_261_248),  # meta-llama/Meta-Llama-3-8B
+    ("llama-3.1-8b.json", llama_params, 8_030_261_248),  # meta-llama/Llama-3.1-8B
+    ("mistral-7b.json", llama_params, 7_241_732_096),  # mistralai/Mistral-7B-v0.1
+    ("mixtral-8x7b.json", llama_params, 46_702_792_704),  # mistralai/Mixtral-8x7B-v0.1
+    ("qwen2-7b.json", llama_params, 7_615_616_512),  # Qwen/Qwen2-7B
+    ("gpt-neox-20b.json", neox_params, 20_554_567_680),  # EleutherAI/gpt-neox-20b
+])
+def test_parameters_match_the_formula_and_the_published_count(file: str, formula: Any, published: int) -> None:
+    c = cfg_json(file)
+    assert formula(c) == published
+    assert build_hf_model(HF / file, 1).params == published
+
+
+def test_bert_counts_exactly_what_it_models_and_names_the_rest() -> None:
+    c = cfg_json("bert-base-uncased.json")
+    h = c["hidden_size"]
+    assert bert_model_params(c) == 109_482_240  # google-bert/bert-base-uncased as BertModel (with pooler)
+    m = build_hf_model(HF / "bert-base-uncased.json", 1)
+    # BertForMaskedLM has no pooler; its MLM transform and decoder bias are named, not modelled
+    assert m.params == bert_model_params(c) - (h * h + h)
+    text = " ".join(m.assumptions)
+    assert f"{h * h + 3 * h:,} parameters" in text and f"decoder bias ({c['vocab_size']:,}" in text
+    assert "pooler" not in text  # BertForMaskedLM has none
+    zoo = build_model("bert-base", 1)  # the built-in lacks only the token-type table
+    assert m.params == zoo.params + c["type_vocab_size"] * h
+    assert m.fwd_flops_per_sample() == zoo.fwd_flops_per_sample()
+    assert not any(op.causal for la in m.layers for op in la.ops)
+
+
+def _ir(m: Model) -> list[tuple[Any, ...]]:
+    return [(la.name, la.kind, la.ops, la.tied_to, la.tied_op) for la in m.layers]
+
+
+@pytest.mark.parametrize(("file", "zoo", "seq_len"), [
+    ("gpt2.json", "gpt2", None),
+    ("llama-2-7b.json", "llama2-7b", None),
+    ("llama-3-8b.json", "llama3-8b", None),
+    ("llama-3.1-8b.json", "llama3.1-8b", 8192),
+    ("mixtral-8x7b.json", "mixtral-8x7b", 4096),
+])
+def test_imported_config_is_the_zoo_model_op_for_op(file: str, zoo: str, seq_len: int | None) -> None:
+    for attention in ("flash", "unfused"):
+        hf, built_in = build_hf_model(HF / file, 2, seq_len, attention), build_model(zoo, 2, seq_len, attention)
+        assert _ir(hf) == _ir(built_in)
+        assert (hf.params, hf.fwd_flops_per_sample(), hf.seq_len, hf.hyper, hf.family) == \
+            (built_in.params, built_in.fwd_flops_per_sample(), built_in.seq_len, built_in.hyper, built_in.family)
+
+
+def test_forward_flops_closed_form_with_gqa_and_qkv_bias() -> None:
+    """Qwen2-7B: q/k/v/o GEMMs with 4 kv heads, attention 4 b a s^2 d, SwiGLU 6 s h f, LM head 2 s h v."""
+    c = cfg_json("qwen2-7b.json")
+    L, h, a, g, f, v = (c[k] for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                       "num_key_value_heads", "intermediate_size", "vocab_size"))
+    d, s, b = h // a, 4096, 2
+    per_layer = 2 * s * h * (a + 2 * g) * d + 4 * a * s * s * d + 2 * s * a * d * h + 6 * s * h * f
+    m = build_hf_model(HF / "qwen2-7b.json", b, s)
+    got = sum(op.fwd_flops() for la in m.layers for op in la.ops if op.kind in CONTRACTION_KINDS)
+    assert got == b * (L * per_layer + 2 * s * h * v)
+    qkv, proj, fc1 = (next(op for op in m.layers[1].ops if op.name == n) for n in ("qkv", "proj", "fc1"))
+    assert (qkv.extra_params, proj.extra_params, fc1.extra_params) == ((a + 2 * g) * d, 0, 0)
+
+
+def test_explicit_head_dim_that_differs_from_hidden_over_heads(tmp_path: Path) -> None:
+    """Mistral-NeMo's shape: 32 heads of 128 on a 5120 hidden (not 160), 8 kv heads."""
+    c = {**cfg_json("mistral-7b.json"), "hidden_size": 5120, "num_hidden_layers": 40, "head_dim": 128,
+         "vocab_size": 131072, "sliding_window": None}
+    m = build_hf_model(write(tmp_path, c), 1, 1024)
+    assert m.params == llama_params(c)
+    qkv, attn = (next(op for op in m.layers[1].ops if op.name == n) for n in ("qkv", "attention"))
+    assert (qkv.dims["q"], attn.dims["d"], attn.dims["o"]) == ((32 + 2 * 8) * 128, 128, 32 * 128)
+
+
+def test_defaults_and_descriptions() -> None:
+    assert load_hf_config(HF / "gpt2.json").seq_len == 1024
+    assert load_hf_config(HF / "llama-3.1-8b.json").seq_len == 131072  # max_position_embeddings
+    gpt2 = build_hf_model(HF / "gpt2.json", 1)
+    assert gpt2.name == "gpt2-124m" and gpt2.assumptions == ()
+    assert any(op.name == "embed_dropout" for la in gpt2.layers for op in la.ops)  # pdrop 0.1
+    llama = build_hf_model(HF / "llama-2-7b.json", 1)
+    assert llama.name == "meta-llama/Llama-2-7b-hf" and llama.assumptions == ()
+    assert llama.layers[-1].tied_to is None and gpt2.layers[-1].tied_to == "embedding"
+    l31 = load_hf_config(HF / "llama-3.1-8b.json")
+    assert "rope_scaling llama3 x8" in l31.description and l31.assumptions == ()
+    notes = {f: " ".join(load_hf_config(HF / f).assumptions) for f in
+             ("mistral-7b.json", "gpt-neox-20b.json", "mixtral-8x7b.json", "qwen2-7b.json")}
+    assert "sliding_window 4096" in notes["mistral-7b.json"]
+    assert "use_parallel_residual" in notes["gpt-neox-20b.json"] and "rotary_pct 0.25" in notes["gpt-neox-20b.json"]
+    assert "balanced" in notes["mixtral-8x7b.json"]
+    assert notes["qwen2-7b.json"] == ""  # use_sliding_window false
+    assert set(READERS) == {"bert", "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2"}
+
+
+def test_name_model_type_and_folder_inference(tmp_path: Path) -> None:
+    c = {k: v for k, v in cfg_json("llama-3-8b.json").items() if k != "model_type"}  # from architectures
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    write(folder, {**c, "_name_or_path": "./runs/dpo-step-1000/"})
+    cfg = load_hf_config(folder)  # a folder holding config.json
+    assert cfg.name == "dpo-step-1000" and cfg.kv_heads == 8
+
+
+def test_overrides_apply_on_top() -> None:
+    c = cfg_json("llama-2-7b.json")
+    m = build_hf_model(HF / "llama-2-7b.json", 1, 2048, layers=4)
+    assert m.params == llama_params({**c, "num_hidden_layers": 4}) and m.seq_len == 2048
+    assert m.hyper["layers"] == 4
+    assert build_hf_model(HF / "llama-2-7b.json", 1, kv_heads=8).params == \
+        llama_params({**c, "num_key_value_heads": 8})
+    assert hf_transformer_config(HF / "llama-2-7b.json", hidden=2048).head_dim == 64
+    # a learned position table keeps its n_positions rows whatever sequence is trained
+    assert build_hf_model(HF / "gpt2.json", 1, 512).params == gpt2_params(cfg_json("gpt2.json"))
+
+
+def one_line(exc: pytest.ExceptionInfo[ConfigError], *names: str) -> str:
+    text = str(exc.value)
+    assert "\n" not in text
+    for name in names:
+        assert name in text, text
+    return text
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"heads": 7}, "model.heads"),
+    ({"hidden": 4100}, "model.hidden"),
+    ({"kv_heads": 5}, "model.kv_heads"),
+])
+def test_inconsistent_overrides_name_the_flag(overrides: dict[str, int], field: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        build_hf_model(HF / "llama-2-7b.json", 1, **overrides)
+    assert exc.value.field == field
+    one_line(exc)
+
+
+def test_sequence_beyond_learned_positions() -> None:
+    with pytest.raises(ConfigError) as exc:
+        build_hf_model(HF / "gpt2.json", 1, 2048)
+    one_line(exc, "model.seq_len", "1024")
+
+
+def _edit(file: str, drop: str | None = None, **values: Any) -> dict[str, Any]:
+    c = cfg_json(file)
+    if drop:
+        del c[drop]
+    return {**c, **values}
+
+
+@pytest.mark.parametrize(("content", "names"), [
+    (None, ["model.hf_config", "cannot read", "nothing is downloaded"]),
+    ("{\"model_type\": \"llama\",", ["model.hf_config", "not JSON", "line 1"]),
+    ("[1, 2]", ["model.hf_config", "not an object"]),
+    ("\udcff", ["model.hf_config", "not UTF-8"]),
+    ({"model_type": "t5"}, ["hf_config.model_type", "'t5'", ", ".join(READERS)]),
+    ({"model_type": "qwen2_moe"}, ["hf_config.model_type", "shared expert"]),
+    ({"vocab_size": 3}, ["hf_config.model_type", "missing"]),
+    (_edit("llama-2-7b.json", drop="hidden_size"), ["hf_config.hidden_size", "missing"]),
+    (_edit("gpt2.json", drop="n_embd"), ["hf_config.n_embd", "missing"]),
+    (_edit("mixtral-8x7b.json", drop="num_local_experts"), ["hf_config.num_local_experts", "missing"]),
+    (_edit("bert-base-uncased.json", drop="max_position_embeddings"), ["hf_config.max_position_embeddings"]),
+    (_edit("llama-2-7b.json", num_hidden_layers="32"), ["hf_config.num_hidden_layers", "positive integer"]),
+    (_edit("llama-2-7b.json", num_attention_heads=30), ["hf_config.num_attention_heads", "30", "4096"]),
+    (_edit("gpt2.json", n_head=7), ["hf_config.n_head", "768"]),
+    (_edit("llama-3-8b.json", num_key_value_heads=5), ["hf_config.num_key_value_heads", "5", "32"]),
+    (_edit("mixtral-8x7b.json", num_experts_per_tok=9), ["hf_config.num_experts_per_tok", "9"]),
+    (_edit("llama-3.1-8b.json", rope_scaling="yes"), ["hf_config.rope_scaling"]),
+    (_edit("gpt2.json", resid_pdrop=1.5), ["hf_config.resid_pdrop", "probability"]),
+    (_edit("llama-2-7b.json", tie_word_embeddings="no"), ["hf_config.tie_word_embeddings"]),
+])
+def test_bad_configs_give_one_line_naming_the_key(tmp_path: Path, content: Any, names: list[str]) -> None:
+    path = tmp_path / "missing.json" if content is None else write(tmp_path, content)
+    with pytest.raises(ConfigError) as exc:
+        load_hf_config(path)
+    one_line(exc, *names)
+
+
+def test_folder_without_config_json(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_hf_config(tmp_path)
+    one_line(exc, "model.hf_config", "config.json")
+
+
+def test_python_api_takes_hf_config_and_overrides() -> None:
+    r = trainsim.simulate(hf_config=str(HF / "gpt-neox-20b.json"), cluster="dgx-a100", nodes=1, layers=4,
+                          seq_len=1024, strategy={"tp": 8, "global_batch": 4})
+    assert r.model == "gpt_neox-20.6b" and r.tokens_per_sample == 1024
+    assert r.model_params == build_hf_model(HF / "gpt-neox-20b.json", 1, 1024, layers=4).params
+    assert any("use_parallel_residual" in a for a in r.model_assumptions)
+    assert "model_assumptions" in r.to_json()
+    with pytest.raises(ConfigError) as exc:
+        trainsim.simulate(model="gpt2", hf_config=str(HF / "gpt2.json"), cluster="pcie-titanxp")
+    one_line(exc, "model.name", "hf_config")
+
+
+# ---- CLI end to end ---------------------------------------------------------------------------------------
+
+SMALL_JOB = ["--cluster", "pcie-titanxp", "--dp", "2", "--tp", "2", "--pp", "2", "--global-batch", "8",
+             "--micro-batch", "2"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainsim", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_hf_config_simulates_exactly_like_the_zoo_model(tmp_path: Path) -> None:
+    hf_json, zoo_json, dumped = tmp_path / "hf.json", tmp_path / "zoo.json", tmp_path / "job.yaml"
+    p = run_cli("simulate", "--hf-config", str(HF / "gpt2.json"), *SMALL_JOB, "--json", str(hf_json), "-q",
+                "--dump-config", str(dumped))
+    assert p.returncode == 0, p.stderr
+    assert run_cli("simulate", "--model", "gpt2", *SMALL_JOB, "--json", str(zoo_json), "-q").returncode == 0
+    hf, zoo = json.loads(hf_json.read_text()), json.loads(zoo_json.read_text())
+    assert hf.pop("model") == "gpt2-124m" and zoo.pop("model") == "gpt2"
+    for d in (hf, zoo):
+        d.pop("simulation_wall_s")
+    assert hf == zoo
+    job = dumped.read_text()
+    assert str((HF / "gpt2.json").resolve()) in job and "name:" not in job.split("cluster:")[0]
+    again = tmp_path / "again.json"
+    assert run_cli("simulate", str(dumped), "--json", str(again), "-q").returncode == 0
+    assert json.loads(again.read_text())["iteration_time_s"] == hf["iteration_time_s"]
+
+
+def test_cli_yaml_hf_config_with_overrides(tmp_path: Path) -> None:
+    job = write(tmp_path, "model: {hf_config: %s, seq_len: 512, layers: 6}\ncluster: {name: pcie-titanxp}\n"
+                "strategy: {dp: 8, global_batch: 16, micro_batch: 2}\n" % (HF / "llama-2-7b.json"), "job.yaml")
+    out = tmp_path / "out.json"
+    p = run_cli("simulate", str(job), "--json", str(out), "-q")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    assert r["model"] == "meta-llama/Llama-2-7b-hf"
+    assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 512, rel=1e-12)
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    (["--hf-config", str(HF / "no-such-config.json")], ["model.hf_config", "no-such-config.json"]),
+    (["--hf-config", str(HF / "README.md")], ["model.hf_config", "not JSON"]),
+    (["--hf-config", str(HF / "gpt2.json"), "--model", "gpt2"], ["--hf-config", "--model"]),
+    (["--hf-config", str(HF / "gpt2.json"), "--heads", "5"], ["model.heads", "768"]),
+])
+def test_cli_bad_hf_input_is_one_line_and_exit_2(args: list[str], names: list[str]) -> None:
+    p = run_cli("simulate", *args, *SMALL_JOB, "-q")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr + p.stdout
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    for name in names:
+        assert name in lines[0], lines[0]
