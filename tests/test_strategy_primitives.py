@@ -270,3 +270,70 @@ def test_bad_yaml_is_a_one_line_error() -> None:
     assert "malformed YAML" in _err(lambda: StrategyTree.from_yaml(model, "mesh: [1, 2"))
     assert "no layer 'layers.9'" in _err(lambda: StrategyTree.from_yaml(model, text.replace("layers.3:", "layers.9:")))
     assert "missing 'mesh'" in _err(lambda: StrategyTree.from_yaml(model, "global_batch: 4\n"))
+
+
+# --------------------------------------------------------------------------------------------------
+# From Python and the CLI
+# --------------------------------------------------------------------------------------------------
+
+def test_simulate_tree_equals_the_preset_job() -> None:
+    from trainsim.api import simulate, simulate_tree
+
+    model = build_model("gpt2", 4, 1024)
+    S = megatron(model, DeviceMesh(tp=2, dp=4, pp=2), 32, 1)
+    mine = simulate_tree(S, "dgx-a100", granularity="op")
+    ref = simulate({"model": {"name": "gpt2"}, "cluster": {"name": "dgx-a100", "nodes": 2},
+                    "strategy": {"tp": 2, "pp": 2, "dp": 4, "global_batch": 32, "sequence_parallel": True, "zero": 1},
+                    "simulation": {"granularity": "op"}})
+    assert mine.iteration_time_s == ref.iteration_time_s and mine.n_gpus == 16
+    assert mine.strategy == ref.strategy and mine.memory == ref.memory
+    m = _err(lambda: simulate_tree(S, "dgx-a100", nodes=1))
+    assert m.startswith("strategy.tree: the strategy's mesh has 16 GPUs, the cluster 8")
+
+
+def test_threads_simulating_different_trees_match_runs_alone() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainsim.api import simulate_tree
+
+    def job(k: int) -> float:
+        model = _small(batch=8)
+        S = StrategyTree.from_model(model, DeviceMesh(dp=8) if k == 0 else DeviceMesh(tp=2, dp=4), 8, 1)
+        S.embedding.split("b", "dp")
+        if k:
+            S.root.split(("q", "a", "g", "o", "kv", "f", "f2"), "tp").shard("optimizer")
+        return simulate_tree(S, "dgx-a100").iteration_time_s
+
+    alone = [job(0), job(1)]
+    assert alone[0] != alone[1]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(job, [0, 1, 0, 1])) == alone * 2
+
+
+def test_cli_dump_strategy_then_run_it(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "trainsim", "simulate", "--model", "gpt2", "--cluster", "dgx-a100", "-q"]
+    tree, a, b = tmp_path / "s.yaml", tmp_path / "a.json", tmp_path / "b.json"
+    p = subprocess.run([*base, "--nodes", "2", "--tp", "2", "--pp", "2", "--global-batch", "32", "--sp", "--zero", "1",
+                        "--json", str(a), "--dump-strategy", str(tree)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    edited = tree.read_text().replace("recompute: none", "recompute: full", 3)  # edit the file: recompute blocks
+    tree.write_text(edited)
+    p = subprocess.run([*base, "--strategy-tree", str(tree), "--json", str(b)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    ja, jb = json.loads(a.read_text()), json.loads(b.read_text())
+    assert jb["n_gpus"] == 16 and jb["strategy"]["tp"] == 2
+    def flops(j: dict, key: str) -> float:
+        return j[key] * j["iteration_time_s"]
+
+    # recomputing the first layers adds hardware FLOPs and time, not model FLOPs
+    assert flops(jb, "hw_tflops_per_gpu") > flops(ja, "hw_tflops_per_gpu")
+    assert flops(jb, "tflops_per_gpu") == pytest.approx(flops(ja, "tflops_per_gpu"), rel=1e-12)
+    assert jb["iteration_time_s"] > ja["iteration_time_s"]
+    bad = subprocess.run([*base, "--strategy-tree", str(tree), "--tp", "4"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "strategy.tp" in bad.stderr

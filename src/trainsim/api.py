@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from .compile.graph import build_graph
 from .compile.program import lower
-from .config import DEFAULT_JOB, JobConfig, parse_job
+from .config import DEFAULT_JOB, JobConfig, SimulationSpec, load_yaml, parse_job
 from .cost.annotate import annotate, optimizer_time
 from .cost.calibration import load_calibration
 from .cost.comm import CommModel, NcclComm
@@ -35,6 +36,7 @@ from .sim.result import (
 from .strategy.placement import placement
 from .strategy.precision import Precision
 from .strategy.presets import ParallelSpec, build_strategy
+from .strategy.tree import StrategyTree
 from .workload.hf import build_hf_model
 from .workload.ir import Model
 from .workload.zoo import build_model, model_names
@@ -196,11 +198,59 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
     if bandwidth_sharing is not None:
         job = job.model_copy(update={"simulation": job.simulation.model_copy(
             update={"bandwidth_sharing": bool(bandwidth_sharing)})})
+    if job.strategy.tree is not None:
+        tree = _tree_from_file(job)
+        spec = _spec_of_tree(tree)
+        if job.cluster.nodes is None and job.cluster.topology is None:
+            gpn = job.cluster.gpus_per_node or _gpus_per_node(job.cluster.name)
+            job = job.model_copy(update={"cluster": job.cluster.model_copy(
+                update={"nodes": max(1, -(-tree.mesh.world_size // gpn))})})
+        cl = _cluster(job)
+    else:
+        cl = _cluster(job)
+        spec = _spec(job, cl.world_size)
+        tree = build_strategy(_job_model(job, spec.micro_batch * spec.dp), spec)
+    return _run_tree(tree, cl, job.simulation, spec, wall0)
+
+
+def strategy_tree(job: JobConfig | dict[str, Any]) -> StrategyTree:
+    """The job's strategy tree, resolved (what `--dump-strategy` writes), without simulating it."""
+    job = parse_job(job) if isinstance(job, dict) else job
+    if job.strategy.tree is not None:
+        return _tree_from_file(job)
+    spec = _spec(job, _cluster(job).world_size)
+    return build_strategy(_job_model(job, spec.micro_batch * spec.dp), spec).resolve()
+
+
+def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int | None = None,
+                  **simulation: Any) -> SimulationResult:
+    """Simulate a strategy tree written with the primitives (`StrategyTree.from_model(...)`) on a cluster
+    preset; `nodes` defaults to what the tree's mesh needs, `simulation` takes the simulation keys
+    (dtype, gamma, exact, granularity, bandwidth_sharing, comm_model, ...)."""
+    wall0 = time.perf_counter()
+    try:
+        base = get_cluster(cluster)
+    except KeyError:
+        raise ConfigError("cluster.name", f"unknown cluster '{cluster}'",
+                          f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
+    world = tree.mesh.world_size
+    if nodes is None:
+        nodes = max(1, -(-world // base.gpus_per_node)) if base.has_network else 1
+    job = parse_job({"cluster": {"name": cluster, "nodes": nodes}, "simulation": simulation})
     cl = _cluster(job)
-    if job.simulation.exact and cl.world_size > EXACT_MODE_MAX_RANKS:
-        raise ConfigError("simulation.exact", f"per-rank simulation of {cl.world_size} GPUs would build millions of "
-                          f"tasks (limit {EXACT_MODE_MAX_RANKS})", "drop --exact: rank classes give the same answer")
-    spec = _spec(job, cl.world_size)
+    return _run_tree(tree, cl, job.simulation, _spec_of_tree(tree), wall0)
+
+
+def _gpus_per_node(name: str) -> int:
+    try:
+        return get_cluster(name).gpus_per_node
+    except KeyError:
+        raise ConfigError("cluster.name", f"unknown cluster '{name}'",
+                          f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
+
+
+def _job_model(job: JobConfig, batch: int) -> Model:
+    """The job's model (built-in or imported Hugging Face config) with `batch` samples per step of one replica."""
     m = job.model
     dims = {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads, "ffn": m.ffn,
             "vocab": m.vocab}
@@ -208,35 +258,79 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         if "name" in m.model_fields_set:
             raise ConfigError("model.name", f"and model.hf_config both name the model ('{m.name}' and "
                               f"{m.hf_config})", "keep only one of them (--model or --hf-config)")
-        mdl = build_hf_model(m.hf_config, spec.micro_batch * spec.dp, m.seq_len, m.attention, **dims)
-    else:
-        mdl = _zoo_model(m.name, spec.micro_batch * spec.dp, m.seq_len, m.attention, dims)
-    tree = build_strategy(mdl, spec)
-    precision = Precision.named(job.simulation.dtype)
+        return build_hf_model(m.hf_config, batch, m.seq_len, m.attention, **dims)
+    return _zoo_model(m.name, batch, m.seq_len, m.attention, dims)
+
+
+def _tree_from_file(job: JobConfig) -> StrategyTree:
+    """A saved strategy tree (`strategy.tree`, from `--dump-strategy` or `StrategyTree.to_yaml`) for the job's model."""
+    s = job.strategy
+    extra = sorted(k for k in s.model_fields_set if k != "tree")
+    if extra:
+        raise ConfigError(f"strategy.{extra[0]}", "a strategy tree file replaces the other strategy keys",
+                          "edit the tree file, or drop strategy.tree")
+    path = Path(str(s.tree))
+    data = load_yaml(path)
+    mesh = data.get("mesh") if isinstance(data.get("mesh"), dict) else {}
+    try:
+        replicas = int(mesh.get("dp", 1)) * int(mesh.get("ep", 1))
+        batch = int(data.get("micro_batch", 1)) * replicas
+    except (TypeError, ValueError):
+        raise ConfigError("strategy.tree", f"{path}: mesh and micro_batch must be integers",
+                          "write it with --dump-strategy") from None
+    return StrategyTree.from_dict(_job_model(job, batch), data)
+
+
+def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
+    """The preset knobs a tree amounts to, for the result's strategy echo and the OOM advice."""
+    mesh, sched = tree.mesh, tree.schedule
+    tree.resolve()
+    sp = any(leaf.leaf.saved for leaf, _ in tree.root.ops())
+    items = tree.root.shard_items or frozenset()
+    zero = max(tree.zero_stage, 3 if "weight" in items else 2 if "grad" in items else 1 if "optimizer" in items else 0)
+    recompute = tree.root.recompute_mode or "none"
+    return ParallelSpec(dp=mesh.dp * mesh.ep, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
+                        vpp=sched.virtual_stages, sequence_parallel=sp, zero=zero, recompute=recompute,
+                        schedule=sched.kind, micro_batch=tree.micro_batch, global_batch=tree.global_batch,
+                        overlap_grad_reduce=tree.overlap_grad_reduce, overlap_param_gather=tree.overlap_param_gather,
+                        tp_comm_overlap=tree.tp_comm_overlap, offload=tree.offload)
+
+
+def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
+              wall0: float) -> SimulationResult:
+    """Compile, cost and simulate one strategy tree on a cluster (the one path every job takes)."""
+    if tree.mesh.world_size != cl.world_size:
+        raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
+                          f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
+    if sim.exact and cl.world_size > EXACT_MODE_MAX_RANKS:
+        raise ConfigError("simulation.exact", f"per-rank simulation of {cl.world_size} GPUs would build millions of "
+                          f"tasks (limit {EXACT_MODE_MAX_RANKS})", "drop --exact: rank classes give the same answer")
+    mdl = tree.model
+    precision = Precision.named(sim.dtype)
     try:
         peak = cl.device.peak_flops(precision.compute_dtype)
     except KeyError:
         raise ConfigError("simulation.dtype", f"{cl.device.name} has no {precision.compute_dtype} peak",
                           f"use one of {', '.join(cl.device.dtypes)}") from None
     program = lower(tree, precision)
-    cal = load_calibration(job.simulation.calibration)
+    cal = load_calibration(sim.calibration)
     cparams = cal.compute_for(cl.device)
     compute = RooflineCompute(cparams)
-    comm: CommModel = (AnalyticalComm(cl.levels, scheduler=job.simulation.scheduler)
-                       if job.simulation.comm_model == "analytical" else NcclComm(cl, cal.comm or None))
-    sharing = job.simulation.bandwidth_sharing
+    comm: CommModel = (AnalyticalComm(cl.levels, scheduler=sim.scheduler)
+                       if sim.comm_model == "analytical" else NcclComm(cl, cal.comm or None))
+    sharing = sim.bandwidth_sharing
     flows = annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s, sharing=sharing,
-                     exact=job.simulation.exact, memory=offload_memory_system(spec.offload, cl))
+                     exact=sim.exact, memory=offload_memory_system(tree.offload, cl))
     by_rank: dict[int, list] = defaultdict(list)
     for ch in program.chunks:
         by_rank[ch.pp_rank].append(ch)
     statics = {r: static_memory(chs, precision) for r, chs in by_rank.items()}
     opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, compute) for r, chs in by_rank.items()}
     capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
-    graph = build_graph(program, exact=job.simulation.exact, granularity=job.simulation.granularity,
+    graph = build_graph(program, exact=sim.exact, granularity=sim.granularity,
                         optimizer_s=opt_s,
                         static_bytes={r: s.total_bytes for r, s in statics.items()}, flows=flows)
-    gamma = cal.gamma if job.simulation.gamma is None else job.simulation.gamma
+    gamma = cal.gamma if sim.gamma is None else sim.gamma
     trace = run(graph, gamma=gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=sharing)
     iteration = max(trace.end_s) if len(graph) else 0.0
     per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]

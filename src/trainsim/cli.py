@@ -93,6 +93,12 @@ def simulate(
     json_out: Annotated[Path | None, Opt("--json", help="write the result summary as JSON")] = None,
     trace: Annotated[Path | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
     dump_config: Annotated[Path | None, Opt(help="write the resolved job as YAML")] = None,
+    strategy_tree: Annotated[Path | None, Opt("--strategy-tree", help="simulate a saved strategy tree (YAML from "
+                                              "--dump-strategy or StrategyTree.to_yaml) instead of the "
+                                              "strategy flags")] = None,
+    dump_strategy: Annotated[Path | None, Opt("--dump-strategy", help="write the job's resolved strategy tree "
+                                              "(every op's split, memory configs, pipeline chunks) as YAML, "
+                                              "to edit and run with --strategy-tree")] = None,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="no summary on stdout")] = False,
 ) -> None:
     """Predict one training iteration (no arguments: GPT-3 175B on 1024 A100-80GB, Megatron 3D parallel)."""
@@ -107,7 +113,8 @@ def simulate(
                      "zero": zero, "fsdp": fsdp, "recompute": recompute, "schedule": schedule,
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
-                     "tp_comm_overlap": tp_comm_overlap, "offload": offload},
+                     "tp_comm_overlap": tp_comm_overlap, "offload": offload,
+                     "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
                        "calibration": str(calibration) if calibration else None, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing},
@@ -139,11 +146,18 @@ def simulate(
             write_chrome_trace(result, trace)
         except OSError as exc:
             raise ConfigError("--trace", f"cannot write {trace}: {exc.strerror}", "choose a writable path") from None
+    if dump_strategy is not None:
+        from .api import strategy_tree as job_tree
+
+        _write_atomic(dump_strategy, job_tree(job).to_yaml())
     if dump_config is not None:
         s = result.strategy
         resolved = job.model_copy(deep=True)
-        resolved.strategy.dp = s["dp"]
-        resolved.strategy.global_batch = s["global_batch"]
+        if resolved.strategy.tree is None:
+            resolved.strategy.dp = s["dp"]
+            resolved.strategy.global_batch = s["global_batch"]
+        else:
+            resolved.strategy.tree = str(Path(resolved.strategy.tree).resolve())
         if resolved.model.hf_config is not None:  # the dumped job must find the file from anywhere
             resolved.model.hf_config = str(Path(resolved.model.hf_config).resolve())
         if job.cluster.topology is None:

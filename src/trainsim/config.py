@@ -45,6 +45,8 @@ class ClusterSpec(_Strict):
 
 
 class StrategySpec(_Strict):
+    tree: str | None = Field(None, description="a saved strategy tree (YAML from --dump-strategy or "
+                             "StrategyTree.to_yaml) that replaces the other strategy keys")
     dp: int | None = Field(None, ge=1, description="data-parallel degree; derived from the world size if omitted")
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
