@@ -259,9 +259,8 @@ def test_invalid_strategies_give_one_line_errors() -> None:
         StrategyTree.from_model(model, DeviceMesh(dp=4), 6, 1).resolve()
     assert _err(bad_batch).startswith("strategy.global_batch: 6 is not divisible")
 
-    def bad_gpipe() -> None:
-        fresh(pp=2).root.schedule(8, max_ongoing_micro_batch=3)
-    assert "neither all 8 micro-batches" in _err(bad_gpipe)
+    assert "max_ongoing_micro_batch must be >= 1" in _err(lambda: fresh(pp=2).root.schedule(8, 0))
+    assert "needs the 1f1b schedule, not gpipe" in _err(lambda: fresh(pp=4).root.schedule(8, 2, kind="gpipe"))
 
 
 def test_bad_yaml_is_a_one_line_error() -> None:
@@ -337,3 +336,29 @@ def test_cli_dump_strategy_then_run_it(tmp_path) -> None:
     bad = subprocess.run([*base, "--strategy-tree", str(tree), "--tp", "4"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "strategy.tp" in bad.stderr
+
+
+def test_max_ongoing_micro_batch_bounds_memory_and_stretches_the_pipeline() -> None:
+    """4 stages, 8 micro-batches: 1F1B keeps 4 - rank micro-batches in flight; a cap of 1 runs each
+    backward before the next forward (stage 0 holds one micro-batch's activations, not four); a cap of 8
+    (all of them) is GPipe."""
+    from trainsim.api import simulate_tree
+
+    def run(cap: int | None):
+        S = StrategyTree.from_model(_small(layers=8, batch=1), DeviceMesh(pp=4), 8, 1)
+        S.embedding.split("b", "dp")
+        for i, blk in enumerate(S.layers):
+            blk.map(i // 2)
+        S.head.map(3)
+        if cap is not None:
+            S.root.schedule(8, cap)
+        return S, simulate_tree(S, "dgx-a100")
+
+    (s1, r1f1b), (sc, rcap), (sg, rgpipe) = run(None), run(1), run(8)
+    assert (s1.schedule.kind, sc.schedule.kind, sg.schedule.kind) == ("1f1b", "1f1b", "gpipe")
+    assert sc.schedule.max_ongoing_micro_batch == 1 and s1.schedule.max_ongoing_micro_batch is None
+    act = [r.memory[0].activation_peak_bytes for r in (rcap, r1f1b, rgpipe)]
+    assert act[0] == pytest.approx(act[1] / 4, rel=0.05) and act[2] == pytest.approx(2 * act[1], rel=0.05)
+    assert rcap.iteration_time_s > r1f1b.iteration_time_s
+    again = StrategyTree.from_yaml(sc.model, sc.to_yaml())
+    assert again.schedule.max_ongoing_micro_batch == 1

@@ -225,7 +225,8 @@ def strategy_tree(job: JobConfig | dict[str, Any]) -> StrategyTree:
 def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int | None = None,
                   **simulation: Any) -> SimulationResult:
     """Simulate a strategy tree written with the primitives (`StrategyTree.from_model(...)`) on a cluster
-    preset; `nodes` defaults to what the tree's mesh needs, `simulation` takes the simulation keys
+    preset; `nodes` defaults to what the tree's mesh needs (a mesh smaller than a node uses part of one),
+    `simulation` takes the simulation keys
     (dtype, gamma, exact, granularity, bandwidth_sharing, comm_model, ...)."""
     wall0 = time.perf_counter()
     try:
@@ -236,7 +237,10 @@ def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int |
     world = tree.mesh.world_size
     if nodes is None:
         nodes = max(1, -(-world // base.gpus_per_node)) if base.has_network else 1
-    job = parse_job({"cluster": {"name": cluster, "nodes": nodes}, "simulation": simulation})
+    spec: dict[str, Any] = {"name": cluster, "nodes": nodes}
+    if nodes == 1 and world < base.gpus_per_node:
+        spec["gpus_per_node"] = world  # part of one node
+    job = parse_job({"cluster": spec, "simulation": simulation})
     cl = _cluster(job)
     return _run_tree(tree, cl, job.simulation, _spec_of_tree(tree), wall0)
 

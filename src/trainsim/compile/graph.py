@@ -399,7 +399,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
     for rank in reps:
         cid = cls_of(rank)
         r = mesh.coords(rank)["pp"]
-        order = schedule_order(sched.kind, pp, m, r, v)
+        order = schedule_order(sched.kind, pp, m, r, v, sched.max_ongoing_micro_batch)
         last_item_of_chunk = {}
         for idx, (ph, _mb, vc) in enumerate(order):
             if ph == "B":

@@ -15,9 +15,15 @@ def gpipe(p: int, m: int, rank: int) -> list[WorkItem]:
     return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
 
 
-def one_f_one_b(p: int, m: int, rank: int) -> list[WorkItem]:
-    """PipeDream-flush / Megatron 1F1B: warm-up p-rank-1 forwards, then alternate (Narayanan et al. 2021)."""
-    warmup = min(p - rank - 1, m)
+def one_f_one_b(p: int, m: int, rank: int, max_ongoing: int | None = None) -> list[WorkItem]:
+    """PipeDream-flush / Megatron 1F1B: warm-up p-rank-1 forwards, then alternate (Narayanan et al. 2021).
+
+    `max_ongoing` (Proteus' max_ongoing_micro_batch) caps the micro-batches a rank holds between its
+    forward and its backward below the p - rank that 1F1B keeps: the warm-up shrinks to max_ongoing - 1
+    (less activation memory, a longer pipeline fill); 1 runs each micro-batch's backward before the
+    next forward."""
+    inflight = p - rank if max_ongoing is None else max(1, min(p - rank, max_ongoing))
+    warmup = min(inflight - 1, m)
     order: list[WorkItem] = [("F", i, 0) for i in range(warmup)]
     f, b = warmup, 0
     while f < m:
@@ -55,11 +61,11 @@ def interleaved(p: int, m: int, rank: int, v: int) -> list[WorkItem]:
     return order
 
 
-def schedule_order(kind: str, p: int, m: int, rank: int, v: int = 1) -> list[WorkItem]:
+def schedule_order(kind: str, p: int, m: int, rank: int, v: int = 1, max_ongoing: int | None = None) -> list[WorkItem]:
     if kind == "gpipe":
         return gpipe(p, m, rank)
     if kind == "1f1b":
-        return one_f_one_b(p, m, rank)
+        return one_f_one_b(p, m, rank, max_ongoing)
     if kind == "interleaved":
         return interleaved(p, m, rank, v)
     raise ValueError(f"unknown schedule {kind}")

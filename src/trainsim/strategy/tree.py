@@ -42,6 +42,7 @@ class ScheduleConfig:
     n_micro_batch: int = 1
     kind: str = "1f1b"  # gpipe | 1f1b | interleaved
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
+    max_ongoing_micro_batch: int | None = None  # 1f1b: cap on micro-batches in flight per rank (None: pp - rank)
 
 
 @dataclass
@@ -229,7 +230,8 @@ class StrategyNode:
     def schedule(self, n_micro_batch: int, max_ongoing_micro_batch: int | None = None,
                  kind: str | None = None, virtual_stages: int = 1) -> StrategyNode:
         """Micro-batching and pipeline order. `max_ongoing_micro_batch`: micro-batches a stage may hold
-        in flight: n_micro_batch is GPipe, the number of pipeline stages is 1F1B (the default)."""
+        in flight: n_micro_batch (more than the stages) is GPipe, the number of pipeline stages is 1F1B
+        (the default), fewer is a memory-bounded 1F1B (shorter warm-up, less activation memory)."""
         tree = self.tree
         if tree is None or self is not tree.root:
             raise ConfigError(f"strategy.{self.name}", "a schedule is set on the root (one pipeline schedule "
@@ -238,22 +240,26 @@ class StrategyNode:
             raise ConfigError(f"strategy.{self.name}", f"n_micro_batch must be >= 1, got {n_micro_batch}",
                               "use a positive integer")
         pp = tree.mesh.pp
+        k = max_ongoing_micro_batch
+        if k is not None and k < 1:
+            raise ConfigError(f"strategy.{self.name}", f"max_ongoing_micro_batch must be >= 1, got {k}",
+                              f"use 1 .. {n_micro_batch}")
         if kind is None:
-            if max_ongoing_micro_batch is None or max_ongoing_micro_batch == min(pp, n_micro_batch):
-                kind = "interleaved" if virtual_stages > 1 else "1f1b"
-            elif max_ongoing_micro_batch >= n_micro_batch:
-                kind = "gpipe"
+            if k is not None and k >= n_micro_batch > pp:
+                kind = "gpipe"  # every micro-batch in flight
             else:
-                raise ConfigError(f"strategy.{self.name}", f"max_ongoing_micro_batch={max_ongoing_micro_batch} is "
-                                  f"neither all {n_micro_batch} micro-batches (GPipe) nor the {pp} stages (1F1B)",
-                                  f"use {n_micro_batch} or {min(pp, n_micro_batch)}")
+                kind = "interleaved" if virtual_stages > 1 else "1f1b"
+        cap = k if k is not None and k < min(pp, n_micro_batch) else None  # memory-bounded 1F1B
+        if cap is not None and kind != "1f1b":
+            raise ConfigError(f"strategy.{self.name}", f"max_ongoing_micro_batch={cap} below the {pp} stages needs "
+                              f"the 1f1b schedule, not {kind}", "drop kind or the cap")
         if kind not in SCHEDULES:
             raise ConfigError(f"strategy.{self.name}", f"unknown pipeline schedule '{kind}'",
                               f"use one of {', '.join(SCHEDULES)}")
         if virtual_stages < 1 or (kind == "interleaved") != (virtual_stages > 1):
             raise ConfigError(f"strategy.{self.name}", f"schedule '{kind}' with {virtual_stages} virtual stages",
                               "interleaved needs virtual_stages > 1, the others 1")
-        self.schedule_config = ScheduleConfig(n_micro_batch, kind, virtual_stages)
+        self.schedule_config = ScheduleConfig(n_micro_batch, kind, virtual_stages, cap)
         tree.schedule_set = True
         return self
 
@@ -563,7 +569,8 @@ class StrategyTree:
         return {
             "mesh": {a: self.mesh.size(a) for a in AXIS_ORDER},
             "global_batch": self.global_batch, "micro_batch": self.micro_batch,
-            "schedule": {"n_micro_batch": s.n_micro_batch, "kind": s.kind, "virtual_stages": s.virtual_stages},
+            "schedule": {"n_micro_batch": s.n_micro_batch, "kind": s.kind, "virtual_stages": s.virtual_stages,
+                         "max_ongoing_micro_batch": s.max_ongoing_micro_batch},
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "tp_comm_overlap": self.tp_comm_overlap, "offload": self.offload, "zero_stage": self.zero_stage,
             "layers": layers,
@@ -593,7 +600,9 @@ class StrategyTree:
         except (TypeError, ValueError) as exc:
             raise ConfigError("strategy.mesh", f"bad value ({exc})", "use positive integers") from None
         s = need(data, "schedule", "strategy")
-        tree.root.schedule(int(need(s, "n_micro_batch", "strategy.schedule")), kind=str(s.get("kind", "1f1b")),
+        cap = s.get("max_ongoing_micro_batch")
+        tree.root.schedule(int(need(s, "n_micro_batch", "strategy.schedule")),
+                           None if cap is None else int(cap), kind=str(s.get("kind", "1f1b")),
                            virtual_stages=int(s.get("virtual_stages", 1)))
         for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
             setattr(tree, flag, bool(data.get(flag, getattr(tree, flag))))
