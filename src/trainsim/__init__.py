@@ -14,4 +14,23 @@ def simulate(*args: Any, **kwargs: Any) -> Any:
     return _simulate(*args, **kwargs)
 
 
-__all__ = ["simulate", "__version__"]
+def simulate_tree(*args: Any, **kwargs: Any) -> Any:
+    """Simulate a strategy tree written with the primitives; see trainsim.api.simulate_tree (lazy import)."""
+    from .api import simulate_tree as _simulate_tree
+
+    return _simulate_tree(*args, **kwargs)
+
+
+_LAZY = {"StrategyTree": "trainsim.strategy.tree", "DeviceMesh": "trainsim.strategy.mesh"}
+
+
+def __getattr__(name: str) -> Any:
+    """`trainsim.StrategyTree` / `trainsim.DeviceMesh`, imported on first use (importing trainsim stays cheap)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'trainsim' has no attribute '{name}'")
+
+
+__all__ = ["DeviceMesh", "StrategyTree", "simulate", "simulate_tree", "__version__"]
