@@ -131,7 +131,7 @@ def test_data_parallel_set_once_propagates_along_the_dataflow() -> None:
 def test_propagation_leaves_an_axis_alone_when_the_op_already_uses_it() -> None:
     """Sequence-parallel ln1 (s over tp) feeds qkv, which splits q over tp: qkv must not inherit s over tp
     (one axis cannot split two loop dims), so the compiler inserts the all-gather, as Megatron does."""
-    S = StrategyTree.from_model(_small(), DeviceMesh(tp=2), 2, 2)
+    S = StrategyTree.from_model(_small(batch=2), DeviceMesh(tp=2), 2, 2)
     S.root.split(("q", "a", "g", "o", "kv", "f", "f2"), "tp")
     S.layers[0].ln1.split("s", "tp")
     S.resolve()
@@ -142,7 +142,7 @@ def test_propagation_leaves_an_axis_alone_when_the_op_already_uses_it() -> None:
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
 def test_shard_items_are_zero_stages(zero: int) -> None:
-    model = _small()
+    model = _small(batch=4)
     items = ("optimizer", "grad", "weight")[:zero]
     S = StrategyTree.from_model(model, DeviceMesh(tp=2, dp=4), 8, 1)
     S.root.split("b", "ep", "dp").split(("q", "a", "g", "o", "kv", "f", "f2"), "tp").split("v", "tp", pad=True)
@@ -166,7 +166,7 @@ def test_recompute_and_shard_inherit_top_down_with_overrides() -> None:
 
 
 def test_explicit_memory_item_config_overrides_the_default() -> None:
-    S = StrategyTree.from_model(_small(), DeviceMesh(tp=2, dp=2), 4, 1)
+    S = StrategyTree.from_model(_small(batch=2), DeviceMesh(tp=2, dp=2), 4, 1)
     S.root.split("b", "dp").split("f", "tp")
     S.layers[0].fc1.optimizer.split("f", "tp", "dp")
     S.resolve()
@@ -179,7 +179,7 @@ def test_explicit_memory_item_config_overrides_the_default() -> None:
                                 dict(dp=8, global_batch=16, micro_batch=2, zero=3, recompute="selective"),
                                 dict(tp=2, pp=2, vpp=2, dp=2, global_batch=16, micro_batch=1, schedule="interleaved")])
 def test_yaml_round_trip_gives_the_identical_graph(kw: dict[str, Any]) -> None:
-    model = _small()
+    model = _small(batch=kw["dp"] * kw["micro_batch"])
     tree = _preset(model, **kw)
     text = tree.to_yaml()
     again = StrategyTree.from_yaml(model, text)
@@ -221,9 +221,10 @@ def _err(fn) -> str:
 
 
 def test_invalid_strategies_give_one_line_errors() -> None:
-    model = _small()  # gpt2: 12 heads
+    # gpt2: 12 heads
+
     def fresh(**mesh: int) -> StrategyTree:
-        return StrategyTree.from_model(model, DeviceMesh(**mesh), 8, 1)
+        return StrategyTree.from_model(_small(batch=mesh.get("dp", 1)), DeviceMesh(**mesh), 8, 1)
 
     m = _err(lambda: fresh(tp=8).root.split("a", "tp"))
     assert m.startswith("strategy.layers.0.attention:") and "'a' of size 12 is not divisible by tp = 8" in m
@@ -256,15 +257,17 @@ def test_invalid_strategies_give_one_line_errors() -> None:
     assert "chunk(s) 1 have no layers" in _err(empty_chunk)
 
     def bad_batch() -> None:
-        StrategyTree.from_model(model, DeviceMesh(dp=4), 6, 1).resolve()
+        StrategyTree.from_model(_small(batch=4), DeviceMesh(dp=4), 6, 1).resolve()
     assert _err(bad_batch).startswith("strategy.global_batch: 6 is not divisible")
+    m = _err(lambda: StrategyTree.from_model(_small(batch=8), DeviceMesh(dp=2), 8, 1).resolve())
+    assert m.startswith("strategy.micro_batch: gpt2 was built with a batch of 8 but micro_batch x data-parallel")
 
     assert "max_ongoing_micro_batch must be >= 1" in _err(lambda: fresh(pp=2).root.schedule(8, 0))
     assert "needs the 1f1b schedule, not gpipe" in _err(lambda: fresh(pp=4).root.schedule(8, 2, kind="gpipe"))
 
 
 def test_bad_yaml_is_a_one_line_error() -> None:
-    model = _small()
+    model = _small(batch=2)
     text = _preset(model, dp=2, global_batch=4).to_yaml()
     assert "malformed YAML" in _err(lambda: StrategyTree.from_yaml(model, "mesh: [1, 2"))
     assert "no layer 'layers.9'" in _err(lambda: StrategyTree.from_yaml(model, text.replace("layers.3:", "layers.9:")))
@@ -296,7 +299,7 @@ def test_threads_simulating_different_trees_match_runs_alone() -> None:
     from trainsim.api import simulate_tree
 
     def job(k: int) -> float:
-        model = _small(batch=8)
+        model = _small(batch=8 if k == 0 else 4)
         S = StrategyTree.from_model(model, DeviceMesh(dp=8) if k == 0 else DeviceMesh(tp=2, dp=4), 8, 1)
         S.embedding.split("b", "dp")
         if k:
@@ -362,3 +365,28 @@ def test_max_ongoing_micro_batch_bounds_memory_and_stretches_the_pipeline() -> N
     assert rcap.iteration_time_s > r1f1b.iteration_time_s
     again = StrategyTree.from_yaml(sc.model, sc.to_yaml())
     assert again.schedule.max_ongoing_micro_batch == 1
+
+
+def test_changing_a_tree_after_a_simulation_re_resolves_everything() -> None:
+    """What resolve inferred (propagated splits, weight configs, the micro-batch count) is redone after the
+    user changes the tree: simulating, editing, simulating again equals building the edited tree fresh."""
+    model = _small(batch=8)
+
+    def base() -> StrategyTree:
+        S = StrategyTree.from_model(model, DeviceMesh(tp=2, dp=4), 8, 2)
+        S.embedding.split("b", "dp")
+        return S
+
+    def edit(S: StrategyTree) -> StrategyTree:
+        S.root.split(("q", "a", "g", "o", "kv", "f", "f2"), "tp").shard("optimizer")
+        S.layers[1].split(("q", "a", "g", "o", "kv", "f", "f2"))  # this block: replicated weights ...
+        S.layers[1].split("b", "tp", "dp")  # ... and pure data parallel over all 8 GPUs
+        S.global_batch = 16
+        return S
+
+    reused = base()
+    _graph(reused)
+    edit(reused)
+    _same(_graph(edit(base())), _graph(reused))
+    assert reused.schedule.n_micro_batch == 2
+    assert reused.layers[2].leaf.weights["fc1"].optimizer == {"f": ("tp", "dp")}

@@ -78,6 +78,8 @@ class LeafConfig:
     saved: dict[tuple[str, str], Split] = field(default_factory=dict)  # (op, tensor) -> storage split
     explicit: dict[str, set[str]] = field(default_factory=dict)
     memory: dict[tuple[str, str], Split] = field(default_factory=dict)  # (op, item) -> storage override
+    propagated: dict[str, set[str]] = field(default_factory=dict)  # dims `resolve` inferred, redone each time
+    derived: set[str] = field(default_factory=set)  # ops whose weights / extras `resolve` derived
 
 
 def _axes_product(mesh: DeviceMesh, axes: Iterable[str]) -> int:
@@ -397,7 +399,7 @@ class StrategyTree:
     tp_comm_overlap: bool = False  # TP collectives pipelined with the GEMM they feed or follow
     zero_stage: int = 0  # informational (what a preset asked for); the compiler reads memory configs
     offload: str = "none"  # none | cpu | nvme | remote: model states live off the GPU (ZeRO-Infinity style)
-    schedule_set: bool = False  # a schedule was given (preset or schedule()); else derived from the batch
+    schedule_set: bool = False  # a schedule was given (preset or schedule()); else derived from the batch at resolve
 
     @classmethod
     def from_model(cls, model: Model, mesh: DeviceMesh, global_batch: int, micro_batch: int) -> StrategyTree:
@@ -470,11 +472,16 @@ class StrategyTree:
             leaf = node.leaf
             for op in node.layer.ops:
                 split = leaf.ops.setdefault(op.name, {})
+                if op.name in leaf.derived:  # derived last time: the splits may have changed since
+                    leaf.weights.pop(op.name, None)
+                    leaf.extras.pop(op.name, None)
                 if op.weight is not None and op.name not in leaf.weights:
                     ov = {it: s for (o, it), s in leaf.memory.items() if o == op.name}
                     leaf.weights[op.name] = sharded_weight_config(op, split, items, ov)
+                    leaf.derived.add(op.name)
                 elif op.weight is None and op.extra_params and op.name not in leaf.extras:
                     leaf.extras[op.name] = state_config(split, items)
+                    leaf.derived.add(op.name)
         return self
 
     def _resolve_schedule(self) -> None:
@@ -483,13 +490,18 @@ class StrategyTree:
         data = self.micro_batch * self.data_parallel
         if self.global_batch < 1 or self.micro_batch < 1:
             raise ConfigError("strategy.global_batch", "batch sizes must be >= 1", "use positive integers")
-        if not self.schedule_set:
+        built = self.model.batch_size_in_graph
+        if built != data:
+            raise ConfigError("strategy.micro_batch", f"{self.model.name} was built with a batch of {built} but "
+                              f"micro_batch x data-parallel (dp x ep) = {self.micro_batch} x {self.data_parallel} "
+                              f"= {data}", f"build the model with batch {data}, or use micro_batch "
+                              f"{built // self.data_parallel if built % self.data_parallel == 0 else '?'}")
+        if not self.schedule_set:  # derived from the batch, again at every resolve
             if self.global_batch % data:
                 raise ConfigError("strategy.global_batch", f"{self.global_batch} is not divisible by micro_batch x "
                                   f"data-parallel = {self.micro_batch} x {self.data_parallel} = {data}",
                                   f"use a multiple of {data}")
             sched.n_micro_batch = self.global_batch // data
-            self.schedule_set = True
         elif sched.n_micro_batch * data != self.global_batch:
             raise ConfigError(where, f"{sched.n_micro_batch} micro-batches x micro_batch {self.micro_batch} x "
                               f"data-parallel {self.data_parallel} != global batch {self.global_batch}",
@@ -520,7 +532,14 @@ class StrategyTree:
 
     def _propagate(self, inherited: list[tuple[StrategyNode, str, int, frozenset[str]]]) -> None:
         """Dataflow propagation (Proteus section VII): a dimension of an op nobody set takes the
-        split its producer's output has on the same dimension, unless that mesh axis is taken."""
+        split its producer's output has on the same dimension, less the mesh axes the op already uses."""
+        for node, _, _, _ in inherited:  # forget what the last resolve inferred: the user may have changed things
+            for o, dims in node.leaf.propagated.items():
+                split = node.leaf.ops.get(o, {})
+                for d in dims:
+                    if d not in node.leaf.explicit.get(o, set()):
+                        split.pop(d, None)
+            node.leaf.propagated.clear()
         prev: Split = {}
         for node, _, _, _ in inherited:
             assert node.layer is not None
@@ -539,9 +558,10 @@ class StrategyTree:
                         if d in explicit or d in split or d not in src or d not in op.dims:
                             continue
                         used = {a for ax in split.values() for a in ax}
-                        axes = src[d]
-                        if used.isdisjoint(axes) and op.dims[d] % _axes_product(self.mesh, axes) == 0:
+                        axes = tuple(a for a in src[d] if a not in used)  # the part of the layout still free
+                        if axes and op.dims[d] % _axes_product(self.mesh, axes) == 0:
                             split[d] = axes
+                            leaf.propagated.setdefault(op.name, set()).add(d)
                 out = {d: split[d] for d in op.output if d in split}
                 outs[op.name] = out
                 cur = out
