@@ -25,10 +25,13 @@ _LAZY = {"StrategyTree": "trainsim.strategy.tree", "DeviceMesh": "trainsim.strat
 
 
 def __getattr__(name: str) -> Any:
-    """`trainsim.StrategyTree` / `trainsim.DeviceMesh`, imported on first use (importing trainsim stays cheap)."""
-    if name in _LAZY:
-        import importlib
+    """`trainsim.StrategyTree` / `trainsim.DeviceMesh` / `trainsim.nn`, imported on first use (importing
+    trainsim stays cheap)."""
+    import importlib
 
+    if name == "nn":
+        return importlib.import_module(".nn", __name__)
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'trainsim' has no attribute '{name}'")
 
