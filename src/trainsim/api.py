@@ -127,7 +127,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
     gb = s.global_batch or s.micro_batch * dp
     return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.sequence_parallel,
                         zero=3 if s.fsdp else s.zero, recompute=s.recompute,
-                        schedule="interleaved" if s.vpp > 1 else s.schedule, micro_batch=s.micro_batch,
+                        schedule="interleaved" if s.vpp > 1 and s.schedule != "dynamic" else s.schedule,
+                        max_ongoing=s.max_ongoing_micro_batch, micro_batch=s.micro_batch,
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
                         overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap,
                         offload=s.offload)
@@ -295,7 +296,8 @@ def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
     recompute = tree.root.recompute_mode or "none"
     return ParallelSpec(dp=mesh.dp * mesh.ep, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
                         vpp=sched.virtual_stages, sequence_parallel=sp, zero=zero, recompute=recompute,
-                        schedule=sched.kind, micro_batch=tree.micro_batch, global_batch=tree.global_batch,
+                        schedule=sched.kind, max_ongoing=sched.max_ongoing_micro_batch,
+                        micro_batch=tree.micro_batch, global_batch=tree.global_batch,
                         overlap_grad_reduce=tree.overlap_grad_reduce, overlap_param_gather=tree.overlap_param_gather,
                         tp_comm_overlap=tree.tp_comm_overlap, offload=tree.offload)
 

@@ -62,7 +62,10 @@ def simulate(
     zero: Annotated[int | None, Opt(help="ZeRO stage 0-3")] = None,
     fsdp: Annotated[bool | None, Opt("--fsdp/--no-fsdp", help="FSDP full shard (= ZeRO-3)")] = None,
     recompute: Annotated[str | None, Opt(help="none | selective | full")] = None,
-    schedule: Annotated[str | None, Opt(help="gpipe | 1f1b | interleaved")] = None,
+    schedule: Annotated[str | None, Opt(help="gpipe | 1f1b | interleaved | dynamic (Proteus HTAE: backward "
+                                               "first, forward under --max-ongoing)")] = None,
+    max_ongoing: Annotated[int | None, Opt("--max-ongoing", help="micro-batches a pipeline rank holds between "
+                                           "forward and backward (1f1b: a lower cap; dynamic: the cap)")] = None,
     micro_batch: Annotated[int | None, Opt(help="micro-batch size per data-parallel rank")] = None,
     global_batch: Annotated[int | None, Opt(help="global batch (sequences/samples per iteration)")] = None,
     overlap_grad_reduce: Annotated[bool | None, Opt("--overlap-grad-reduce/--no-overlap-grad-reduce",
@@ -111,6 +114,7 @@ def simulate(
                     "latency_ns": _floats(latency, "--latency")},
         "strategy": {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "sequence_parallel": sp,
                      "zero": zero, "fsdp": fsdp, "recompute": recompute, "schedule": schedule,
+                     "max_ongoing_micro_batch": max_ongoing,
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
                      "tp_comm_overlap": tp_comm_overlap, "offload": offload,

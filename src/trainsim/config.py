@@ -57,7 +57,11 @@ class StrategySpec(_Strict):
     zero: int = Field(0, ge=0, le=3)
     fsdp: bool = False
     recompute: Literal["none", "selective", "full"] = "none"
-    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "interleaved", "dynamic"] = Field(
+        "1f1b", description="pipeline order; dynamic: Proteus' HTAE scheduler (backward first, forward under "
+        "the cap) played out on the stage costs")
+    max_ongoing_micro_batch: int | None = Field(None, ge=1, description="micro-batches a pipeline rank holds "
+                                                "between forward and backward (1f1b: a lower cap; dynamic: the cap)")
     micro_batch: int = Field(1, ge=1)
     global_batch: int | None = Field(None, ge=1)
     overlap_grad_reduce: bool = True

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..strategy.schedules import schedule_order
+from ..strategy.schedules import dynamic_orders, schedule_order
 from .program import ChunkProgram, Program, Step, Stream
 
 
@@ -295,6 +295,19 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     return out
 
 
+def _htae_orders(chunks: list[ChunkProgram], m: int, max_ongoing: int | None) -> list[list[tuple[str, int, int]]]:
+    """Per-rank orders of the HTAE scheduler (strategy.schedules.dynamic_orders) on the costed stages:
+    a stage's forward / backward time per micro-batch is its steps' durations (compute, exposed
+    feature collectives, recompute), or the framework's time to issue them where that is longer
+    (host-bound small kernels); hand-offs are the annotated pipeline sends."""
+    def seconds(steps: list[Step]) -> float:
+        gpu = sum(s.duration_s for s in steps if s.stream in (Stream.COMPUTE, Stream.FEATURE))
+        return max(gpu, sum(s.host_s for s in steps))
+
+    return dynamic_orders([seconds(ch.fwd) for ch in chunks], [seconds(ch.bwd) for ch in chunks], m, max_ongoing,
+                          [ch.send_fwd_s for ch in chunks], [ch.send_bwd_s for ch in chunks])
+
+
 def build_graph(program: Program, *, exact: bool = False, granularity: str = "auto",
                 optimizer_s: dict[int, float] | None = None, static_bytes: dict[int, float] | None = None,
                 flows: FlowSource | None = None) -> ExecutionGraph:
@@ -396,10 +409,12 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                                         ("post", ch.chunk, s.label, s.axes), op=s.collective, size=s.size_bytes)
                     note_flow(t, step_flow(ch, s))
                     param_gather[(cid, ch.chunk)].append(t)
+    dynamic = _htae_orders(chunks, m, sched.max_ongoing_micro_batch) if sched.kind == "dynamic" else None
     for rank in reps:
         cid = cls_of(rank)
         r = mesh.coords(rank)["pp"]
-        order = schedule_order(sched.kind, pp, m, r, v, sched.max_ongoing_micro_batch)
+        order = dynamic[r] if dynamic is not None else schedule_order(sched.kind, pp, m, r, v,
+                                                                          sched.max_ongoing_micro_batch)
         last_item_of_chunk = {}
         for idx, (ph, _mb, vc) in enumerate(order):
             if ph == "B":

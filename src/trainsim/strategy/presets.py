@@ -44,6 +44,7 @@ class ParallelSpec:
     zero: int = 0  # 0..3; FSDP full-shard is 3
     recompute: str = "none"
     schedule: str = "1f1b"
+    max_ongoing: int | None = None  # micro-batches in flight per rank (1f1b: a lower cap; dynamic: the cap)
     micro_batch: int = 1
     global_batch: int = 1
     overlap_grad_reduce: bool = True
@@ -79,6 +80,14 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
              "use none, cpu, nvme or remote")
     if p.vpp > 1:
         _require(p.pp > 1, "vpp", "virtual pipeline stages need pipeline parallelism", "set --pp > 1 or --vpp 1")
+    if p.max_ongoing is not None:
+        _require(p.max_ongoing >= 1, "max_ongoing_micro_batch", f"must be >= 1, got {p.max_ongoing}",
+                 "use a positive integer")
+        _require(p.schedule in ("1f1b", "dynamic"), "max_ongoing_micro_batch",
+                 f"caps the 1f1b and dynamic schedules, not {p.schedule}", "use --schedule 1f1b or dynamic")
+    if p.schedule == "dynamic" and p.vpp > 1:
+        raise ConfigError("schedule", "the dynamic (HTAE) scheduler runs one model chunk per rank",
+                          "use --vpp 1, or --schedule interleaved")
     if p.schedule == "interleaved" and p.vpp == 1:
         raise ConfigError("schedule", "interleaved 1F1B needs more than one virtual stage", "set --vpp 2 or more")
     data = p.micro_batch * p.dp
@@ -193,7 +202,10 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.offload = p.offload
     m = p.global_batch // (p.micro_batch * p.dp)
     kind = "interleaved" if p.vpp > 1 else p.schedule
-    tree.root.schedule_config = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp)
+    cap = p.max_ongoing if kind == "dynamic" or (p.max_ongoing is not None and p.max_ongoing < min(p.pp, m)) \
+        else None
+    tree.root.schedule_config = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp,
+                                               max_ongoing_micro_batch=cap)
     tree.schedule_set = True
     tree.root.recompute_mode = p.recompute
     tree.root.shard_items = frozenset(ZERO_ITEMS[p.zero])

@@ -7,6 +7,8 @@ simulation instead of a formula (tests check them against the closed forms).
 
 from __future__ import annotations
 
+import math
+
 WorkItem = tuple[str, int, int]
 
 
@@ -59,6 +61,67 @@ def interleaved(p: int, m: int, rank: int, v: int) -> list[WorkItem]:
         b += 1
     order += [bwd(k) for k in range(b, total)]
     return order
+
+
+def dynamic_orders(fwd_s: list[float], bwd_s: list[float], m: int, max_ongoing: int | None = None,
+                   send_fwd_s: list[float] | None = None, send_bwd_s: list[float] | None = None
+                   ) -> list[list[WorkItem]]:
+    """Per-rank orders chosen at run time by Proteus' HTAE scheduler (section VI-B), played out on the
+    stages' costs: whenever a rank is free it runs a ready backward if there is one (prefer backward:
+    it frees activations and unblocks the ranks before it), else the oldest ready forward while fewer
+    than `max_ongoing` micro-batches are between their forward and backward there (default: all m).
+    `fwd_s[r]` / `bwd_s[r]` are rank r's seconds per micro-batch, `send_*_s[r]` the hand-off from r.
+
+    With balanced stages and max_ongoing = pp this is 1F1B; with unbalanced stages or a larger cap the
+    order follows the costs (a fast stage runs ahead as far as the cap lets it)."""
+    p = len(fwd_s)
+    cap = m if max_ongoing is None else max(1, max_ongoing)
+    sf = send_fwd_s or [0.0] * p
+    sb = send_bwd_s or [0.0] * p
+    f_ready = [[0.0] * m if r == 0 else [math.inf] * m for r in range(p)]
+    b_ready = [[math.inf] * m for _ in range(p)]
+    next_f = [0] * p
+    done_b = [[False] * m for _ in range(p)]
+    n_b = [0] * p
+    free_at = [0.0] * p
+    orders: list[list[WorkItem]] = [[] for _ in range(p)]
+    events: list[tuple[float, int]] = [(0.0, r) for r in range(p)]  # (time a rank may decide, rank)
+    while events:
+        events.sort()
+        now, r = events.pop(0)
+        if now < free_at[r] - 1e-15 or len(orders[r]) == 2 * m:
+            continue
+        ready_b = [i for i in range(m) if not done_b[r][i] and b_ready[r][i] <= now + 1e-15]
+        i_f = next_f[r]
+        can_f = i_f < m and f_ready[r][i_f] <= now + 1e-15 and i_f - n_b[r] < cap
+        if ready_b:
+            i = ready_b[0]
+            end = now + bwd_s[r]
+            orders[r].append(("B", i, 0))
+            done_b[r][i] = True
+            n_b[r] += 1
+            if r > 0:
+                b_ready[r - 1][i] = end + sb[r]
+                events.append((b_ready[r - 1][i], r - 1))
+        elif can_f:
+            end = now + fwd_s[r]
+            orders[r].append(("F", i_f, 0))
+            next_f[r] += 1
+            if r < p - 1:
+                f_ready[r + 1][i_f] = end + sf[r]
+                events.append((f_ready[r + 1][i_f], r + 1))
+            else:
+                b_ready[r][i_f] = end
+        else:
+            waits = [t for t in (b_ready[r][i] for i in range(m) if not done_b[r][i]) if t > now]
+            if i_f < m and i_f - n_b[r] < cap and f_ready[r][i_f] > now:
+                waits.append(f_ready[r][i_f])
+            if waits:
+                events.append((min(waits), r))
+            continue
+        free_at[r] = end
+        events.append((end, r))
+    return orders
 
 
 def schedule_order(kind: str, p: int, m: int, rank: int, v: int = 1, max_ongoing: int | None = None) -> list[WorkItem]:

@@ -30,7 +30,7 @@ from .mesh import AXIS_ORDER, DeviceMesh
 Split = dict[str, tuple[str, ...]]  # dimension name -> mesh axes that split it (outermost last)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dynamic")
 STATE_ITEMS = ("weight", "grad", "optimizer")
 PARTIAL_KINDS = CONTRACTION_KINDS | {OpKind.EMBEDDING, OpKind.LOSS}
 
@@ -40,9 +40,10 @@ class ScheduleConfig:
     """Subgraph-level schedule: how many micro-batches and in which order (pipeline)."""
 
     n_micro_batch: int = 1
-    kind: str = "1f1b"  # gpipe | 1f1b | interleaved
+    kind: str = "1f1b"  # gpipe | 1f1b | interleaved | dynamic (Proteus' HTAE scheduler at run time)
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
-    max_ongoing_micro_batch: int | None = None  # 1f1b: cap on micro-batches in flight per rank (None: pp - rank)
+    # micro-batches in flight per rank: 1f1b: a cap below pp - rank; dynamic: the cap (None: all)
+    max_ongoing_micro_batch: int | None = None
 
 
 @dataclass
@@ -233,7 +234,9 @@ class StrategyNode:
                  kind: str | None = None, virtual_stages: int = 1) -> StrategyNode:
         """Micro-batching and pipeline order. `max_ongoing_micro_batch`: micro-batches a stage may hold
         in flight: n_micro_batch (more than the stages) is GPipe, the number of pipeline stages is 1F1B
-        (the default), fewer is a memory-bounded 1F1B (shorter warm-up, less activation memory)."""
+        (the default), fewer is a memory-bounded 1F1B (shorter warm-up, less activation memory).
+        kind='dynamic' is Proteus' HTAE scheduler: each rank picks forward or backward at run time
+        (backward first, else the next forward while under the cap), played out on the stage costs."""
         tree = self.tree
         if tree is None or self is not tree.root:
             raise ConfigError(f"strategy.{self.name}", "a schedule is set on the root (one pipeline schedule "
@@ -251,6 +254,13 @@ class StrategyNode:
                 kind = "gpipe"  # every micro-batch in flight
             else:
                 kind = "interleaved" if virtual_stages > 1 else "1f1b"
+        if kind == "dynamic":
+            if virtual_stages != 1:
+                raise ConfigError(f"strategy.{self.name}", "the dynamic (HTAE) scheduler runs one chunk per rank",
+                                  "use virtual_stages 1, or the interleaved schedule")
+            self.schedule_config = ScheduleConfig(n_micro_batch, kind, 1, k)
+            tree.schedule_set = True
+            return self
         cap = k if k is not None and k < min(pp, n_micro_batch) else None  # memory-bounded 1F1B
         if cap is not None and kind != "1f1b":
             raise ConfigError(f"strategy.{self.name}", f"max_ongoing_micro_batch={cap} below the {pp} stages needs "
