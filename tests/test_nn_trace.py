@@ -10,20 +10,14 @@ import subprocess
 import sys
 
 import pytest
+from pipeline_helpers import simulate_tree_steps
 
 import trainsim
 import trainsim.nn as nn
-from trainsim.compile.graph import ExecutionGraph, build_graph
-from trainsim.compile.program import Program, lower
-from trainsim.cost.annotate import annotate, optimizer_time
-from trainsim.cost.calibration import load_calibration
-from trainsim.cost.comm import NcclComm
-from trainsim.cost.compute import RooflineCompute
+from trainsim.compile.graph import ExecutionGraph
+from trainsim.compile.program import Program
 from trainsim.errors import ConfigError
-from trainsim.hardware.cluster import get_cluster
-from trainsim.sim.engine import run
 from trainsim.strategy.mesh import DeviceMesh
-from trainsim.strategy.precision import Precision
 from trainsim.strategy.tree import StrategyTree
 from trainsim.workload.ir import Model, Module, OpKind
 from trainsim.workload.record.naming import ViewNames, default_feature_name
@@ -164,18 +158,7 @@ class GPT(nn.Module):
 
 
 def simulate(tree: StrategyTree, cluster: str = "dgx-a100", nodes: int = 1) -> tuple[float, ExecutionGraph, Program]:
-    cl = get_cluster(cluster, nodes)
-    program = lower(tree, Precision.named("bf16"))
-    cal = load_calibration(None)
-    compute = RooflineCompute(cal.compute_for(cl.device))
-    flows = annotate(program, cl, compute, NcclComm(cl, cal.comm or None), sharing=True)
-    by_rank: dict[int, list] = {}
-    for ch in program.chunks:
-        by_rank.setdefault(ch.pp_rank, []).append(ch)
-    opt = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, compute) for r, chs in by_rank.items()}
-    graph = build_graph(program, optimizer_s=opt, flows=flows)
-    trace = run(graph, gamma=cal.gamma, p2p_host_sync=cal.p2p_host_sync)
-    return max(trace.end_s), graph, program
+    return simulate_tree_steps(tree, cluster, nodes)
 
 
 def data_parallel(model: Model, dp: int = 8) -> StrategyTree:

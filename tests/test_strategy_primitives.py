@@ -11,15 +11,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pipeline_helpers import compile_tree
 
-from trainsim.compile.graph import ExecutionGraph, build_graph
+from trainsim.compile.graph import ExecutionGraph
 from trainsim.compile.program import lower
-from trainsim.cost.annotate import annotate, optimizer_time
-from trainsim.cost.calibration import load_calibration
-from trainsim.cost.comm import NcclComm
-from trainsim.cost.compute import RooflineCompute
 from trainsim.errors import ConfigError
-from trainsim.hardware.cluster import get_cluster
 from trainsim.strategy.mesh import DeviceMesh
 from trainsim.strategy.precision import Precision
 from trainsim.strategy.presets import ParallelSpec, build_strategy
@@ -53,17 +49,7 @@ def megatron(model, mesh: DeviceMesh, global_batch: int, micro_batch: int) -> St
 
 
 def _graph(tree: StrategyTree, cluster_name: str = "dgx-a100", nodes: int = 2) -> ExecutionGraph:
-    cl = get_cluster(cluster_name, nodes)
-    prec = Precision.named("bf16")
-    program = lower(tree, prec)
-    cal = load_calibration(None)
-    compute = RooflineCompute(cal.compute_for(cl.device))
-    flows = annotate(program, cl, compute, NcclComm(cl, cal.comm or None), sharing=True)
-    by_rank: dict[int, list] = {}
-    for ch in program.chunks:
-        by_rank.setdefault(ch.pp_rank, []).append(ch)
-    opt = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, compute) for r, chs in by_rank.items()}
-    return build_graph(program, optimizer_s=opt, flows=flows)
+    return compile_tree(tree, cluster_name, nodes)[0]
 
 
 FIELDS = ("name", "kind", "stream", "category", "duration_s", "participants", "deps", "mem_peak_bytes",

@@ -12,20 +12,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from pipeline_helpers import simulate_tree_steps  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from trainsim.compile.graph import ExecutionGraph, build_graph  # noqa: E402
-from trainsim.compile.program import Program, lower  # noqa: E402
-from trainsim.cost.annotate import annotate, optimizer_time  # noqa: E402
-from trainsim.cost.calibration import load_calibration  # noqa: E402
-from trainsim.cost.comm import NcclComm  # noqa: E402
-from trainsim.cost.compute import RooflineCompute  # noqa: E402
+from trainsim.compile.graph import ExecutionGraph  # noqa: E402
+from trainsim.compile.program import Program  # noqa: E402
 from trainsim.errors import ConfigError  # noqa: E402
-from trainsim.hardware.cluster import get_cluster  # noqa: E402
-from trainsim.sim.engine import run  # noqa: E402
 from trainsim.strategy.mesh import DeviceMesh  # noqa: E402
-from trainsim.strategy.precision import Precision  # noqa: E402
 from trainsim.strategy.presets import ParallelSpec, build_strategy  # noqa: E402
 from trainsim.strategy.tree import StrategyTree  # noqa: E402
 from trainsim.workload.ir import Model, Module, OpKind  # noqa: E402
@@ -205,18 +199,7 @@ def forward_flops(model: Model) -> float:
 
 
 def simulate(tree: StrategyTree, nodes: int = 1) -> tuple[float, ExecutionGraph, Program]:
-    cl = get_cluster("dgx-a100", nodes)
-    program = lower(tree, Precision.named("bf16"))
-    cal = load_calibration(None)
-    compute = RooflineCompute(cal.compute_for(cl.device))
-    flows = annotate(program, cl, compute, NcclComm(cl, cal.comm or None), sharing=True)
-    by_rank: dict[int, list] = {}
-    for ch in program.chunks:
-        by_rank.setdefault(ch.pp_rank, []).append(ch)
-    opt = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, compute) for r, chs in by_rank.items()}
-    graph = build_graph(program, optimizer_s=opt, flows=flows)
-    trace = run(graph, gamma=cal.gamma, p2p_host_sync=cal.p2p_host_sync)
-    return max(trace.end_s), graph, program
+    return simulate_tree_steps(tree, "dgx-a100", nodes)
 
 
 def collectives(program: Program) -> set[tuple[str, str]]:

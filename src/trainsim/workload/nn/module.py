@@ -118,7 +118,24 @@ class Module:
         return f"{type(self).__name__}({inner})"
 
 
-class Sequential(Module):
+class _Indexed(Module):
+    """Children numbered "0", "1", ... in registration order, indexable and iterable like torch's containers."""
+
+    def append(self, m: Module) -> Any:
+        setattr(self, str(len(self._modules)), m)
+        return self
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+
+class Sequential(_Indexed):
     """Children called in order; indexable like torch.nn.Sequential."""
 
     def __init__(self, *mods: Module | OrderedDict[str, Module]) -> None:
@@ -135,44 +152,18 @@ class Sequential(Module):
             x = m(x)
         return x
 
-    def append(self, m: Module) -> Sequential:
-        setattr(self, str(len(self._modules)), m)
-        return self
 
-    def __getitem__(self, i: int) -> Module:
-        return list(self._modules.values())[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-
-class ModuleList(Module):
+class ModuleList(_Indexed):
     """A list of modules registered as "0", "1", ...; has no forward of its own."""
 
     def __init__(self, mods: Iterable[Module] = ()) -> None:
         super().__init__()
         self.extend(mods)
 
-    def append(self, m: Module) -> ModuleList:
-        setattr(self, str(len(self._modules)), m)
-        return self
-
     def extend(self, mods: Iterable[Module]) -> ModuleList:
         for m in mods:
             self.append(m)
         return self
-
-    def __getitem__(self, i: int) -> Module:
-        return list(self._modules.values())[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
 
 
 CONTAINERS = (Sequential, ModuleList)
