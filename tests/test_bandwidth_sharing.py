@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 from trainsim.api import simulate
 from trainsim.compile.graph import ExecutionGraph, RankClass
 from trainsim.compile.program import Stream
-from trainsim.cost.annotate import _axes_siblings, _pair_siblings, group_concurrency
+from trainsim.cost.annotate import (
+    _axes_siblings,
+    _pair_siblings,
+    axes_concurrency,
+    group_concurrency,
+    pair_concurrency,
+)
 from trainsim.cost.comm import COLLECTIVES, CommParams, NcclComm, port_key
 from trainsim.hardware.cluster import get_cluster
 from trainsim.sim.engine import run
@@ -174,6 +180,25 @@ def test_static_concurrency_by_hand_dgx1_vs_dgx_a100() -> None:
     pp_mesh = DeviceMesh(dp=8, pp=2)
     pairs = _pair_siblings(pp_mesh, 0, 1)
     assert pairs[0] == (0, 8) and group_concurrency(pairs, (0, 8), 8) == 8
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 4]), min_size=5, max_size=5), st.sampled_from([1, 2, 4, 8, 16]),
+       st.data())
+def test_vectorised_concurrency_equals_enumerating_the_groups(sizes: list[int], gpn: int, data: st.DataObject) -> None:
+    mesh = DeviceMesh(*sizes)
+    names = ("tp", "cp", "ep", "dp", "pp")
+    axes = tuple(a for a in names[:4] if data.draw(st.booleans()) and mesh.size(a) > 1) or ("dp",)
+    stage = data.draw(st.integers(0, mesh.pp - 1))
+    rep = mesh.rank({"pp": stage})
+    group = tuple(mesh.group_ranks(axes, rep))
+    assert axes_concurrency(mesh, axes, stage, group, gpn) == group_concurrency(
+        _axes_siblings(mesh, axes, stage), group, gpn)
+    if mesh.pp > 1:
+        other = (stage + 1) % mesh.pp
+        pair = (rep, mesh.rank({"pp": other}))
+        assert pair_concurrency(mesh, stage, other, pair, gpn) == group_concurrency(
+            _pair_siblings(mesh, stage, other), pair, gpn)
 
 
 def test_static_concurrency_slows_dgx1_not_dgx_a100() -> None:

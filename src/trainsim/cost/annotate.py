@@ -14,6 +14,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..compile.program import Program, Step
 from ..hardware.cluster import Cluster
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
@@ -86,6 +88,38 @@ def _axes_siblings(mesh: DeviceMesh, axes: tuple[str, ...], stage: int) -> list[
     return [tuple(v) for v in seen.values()]
 
 
+def _groups_per_node(ranks: np.ndarray, group_ids: np.ndarray, group: tuple[int, ...], gpus_per_node: int) -> int:
+    """`group_concurrency` for groups given as (member rank, group id) arrays, vectorised: the most
+    groups that have a rank on one node of `group`."""
+    nodes = ranks // gpus_per_node
+    pairs = np.unique(nodes * (int(group_ids.max()) + 1) + group_ids)
+    node_ids, counts = np.unique(pairs // (int(group_ids.max()) + 1), return_counts=True)
+    mine = np.isin(node_ids, np.array(sorted({r // gpus_per_node for r in group})))
+    return int(counts[mine].max()) if mine.any() else 1
+
+
+def axes_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage: int, group: tuple[int, ...],
+                     gpus_per_node: int) -> int:
+    """group_concurrency(_axes_siblings(mesh, axes, stage), group, gpn) without building the groups:
+    each rank of the stage is keyed by its group (its rank with the `axes` coordinates zeroed)."""
+    per_stage = mesh.world_size // mesh.pp
+    ranks = np.arange(stage * per_stage, (stage + 1) * per_stage, dtype=np.int64)
+    keys = ranks.copy()
+    for a in axes:
+        st = mesh.stride(a)
+        keys -= (ranks // st) % mesh.size(a) * st
+    return _groups_per_node(ranks, keys - keys.min(), group, gpus_per_node)
+
+
+def pair_concurrency(mesh: DeviceMesh, stage: int, other: int, group: tuple[int, ...], gpus_per_node: int) -> int:
+    """group_concurrency(_pair_siblings(mesh, stage, other), group, gpn), vectorised."""
+    per_stage = mesh.world_size // mesh.pp
+    mine = np.arange(stage * per_stage, (stage + 1) * per_stage, dtype=np.int64)
+    ids = np.arange(per_stage, dtype=np.int64)
+    ranks = np.concatenate([mine, mine + (other - stage) * per_stage])
+    return _groups_per_node(ranks, np.concatenate([ids, ids]), group, gpus_per_node)
+
+
 def _pair_siblings(mesh: DeviceMesh, stage: int, other: int) -> list[tuple[int, int]]:
     """Each rank of `stage` paired with its peer in stage `other` (pipeline sends, embedding sum)."""
     per_stage = mesh.world_size // mesh.pp
@@ -111,12 +145,12 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     book = FlowBook(gpn, _block_gpus(cluster)) if demand_of is not None else None
     conc_cache: dict[tuple, int] = {}
 
-    def concurrency(key: tuple, group: tuple[int, ...], siblings: object) -> int:
+    def concurrency(key: tuple, count: object) -> int:
         if not sharing or exact:
             return 1
         if key not in conc_cache:
-            assert callable(siblings)
-            conc_cache[key] = group_concurrency(siblings(), group, gpn)
+            assert callable(count)
+            conc_cache[key] = count()
         return conc_cache[key]
 
     def call(collective: str, size: float, group: tuple[int, ...], conc: int) -> tuple[float, Demand | None]:
@@ -130,7 +164,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
 
     def pair_time(collective: str, size: float, a: int, b: int) -> tuple[float, Demand | None]:
         sa, sb = stage_of(a), stage_of(b)
-        conc = concurrency(("pair", sa, sb), (a, b), lambda: _pair_siblings(mesh, sa, sb))
+        conc = concurrency(("pair", sa, sb), lambda: pair_concurrency(mesh, sa, sb, (a, b), gpn))
         return call(collective, size, (a, b), conc)
 
     def cost(step: Step, stage_rank: int) -> float:
@@ -154,8 +188,8 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             if gkey not in groups:
                 groups[gkey] = tuple(mesh.group_ranks(step.axes, stage_rank))
             stage = stage_of(stage_rank)
-            conc = concurrency(("axes", step.axes, stage), groups[gkey],
-                               lambda: _axes_siblings(mesh, step.axes, stage))
+            conc = concurrency(("axes", step.axes, stage),
+                               lambda: axes_concurrency(mesh, step.axes, stage, groups[gkey], gpn))
             cache[key], dem = call(step.collective, step.size_bytes, groups[gkey], conc)
             if book is not None and dem is not None:
                 book.steps[key] = dem
@@ -171,7 +205,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             elif s.kind == "collective" and s.axes:
                 # issuing a collective costs framework time plus the launch skew of its members,
                 # which grows with the group like a tree of waits (log2 of the group size)
-                n = len(mesh.group_ranks(s.axes, stage_rank))
+                n = mesh.group_size(s.axes)
                 s.host_s = collective_host_s * math.log2(n) if n > 1 else 0.0
         if program.tree.tp_comm_overlap and mesh.tp > 1:
             _overlap_tp_comm(ch.fwd, mesh.tp)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 # Innermost (fastest-varying rank coordinate) first: TP stays inside a node, PP is outermost.
 AXIS_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -19,33 +20,42 @@ class DeviceMesh:
     dp: int = 1  # data-parallel replicas *outside* the expert axis (total data parallel = ep * dp)
     pp: int = 1
 
+    @cached_property
+    def _sizes(self) -> dict[str, int]:
+        return {a: int(getattr(self, a)) for a in AXIS_ORDER}
+
+    @cached_property
+    def _strides(self) -> dict[str, int]:
+        out, s = {}, 1
+        for a in AXIS_ORDER:
+            out[a] = s
+            s *= self._sizes[a]
+        return out
+
     def size(self, axis: str) -> int:
-        return int(getattr(self, axis))
+        return self._sizes[axis]
 
     @property
     def world_size(self) -> int:
-        return math.prod(self.size(a) for a in AXIS_ORDER)
+        return math.prod(self._sizes.values())
 
     def stride(self, axis: str) -> int:
-        s = 1
-        for a in AXIS_ORDER:
-            if a == axis:
-                return s
-            s *= self.size(a)
-        raise KeyError(axis)
+        return self._strides[axis]
 
     def coords(self, rank: int) -> dict[str, int]:
         out = {}
-        for a in AXIS_ORDER:
-            out[a] = rank % self.size(a)
-            rank //= self.size(a)
+        for a, n in self._sizes.items():
+            out[a] = rank % n
+            rank //= n
         return out
 
     def rank(self, coords: dict[str, int]) -> int:
-        return sum(coords.get(a, 0) * self.stride(a) for a in AXIS_ORDER)
+        st = self._strides
+        return sum(c * st[a] for a, c in coords.items() if a in st)
 
     def group_size(self, axes: tuple[str, ...]) -> int:
-        return math.prod(self.size(a) for a in axes)
+        sz = self._sizes
+        return math.prod(sz[a] for a in axes)
 
     def group_ranks(self, axes: tuple[str, ...], rank: int = 0) -> list[int]:
         """Global ranks of the group along `axes` that contains `rank`."""
