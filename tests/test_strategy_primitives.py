@@ -376,3 +376,56 @@ def test_changing_a_tree_after_a_simulation_re_resolves_everything() -> None:
     _same(_graph(edit(base())), _graph(reused))
     assert reused.schedule.n_micro_batch == 2
     assert reused.layers[2].leaf.weights["fc1"].optimizer == {"f": ("tp", "dp")}
+
+
+def test_module_paths_inside_a_traced_layer_read_like_the_code() -> None:
+    """A model written with trainsim.nn names a block's ops by module path ('attn.qkv', 'mlp.fc1'):
+    S.blocks[1].mlp.fc1 and S.blocks[1].mlp (all its ops) are reachable and splittable like the code."""
+    import trainsim.nn as nn
+
+    class MLP(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.fc1, self.act, self.fc2 = nn.Linear(d, 4 * d, out_dim="f"), nn.GELU(), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+
+    class Block(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.ln, self.attn, self.ln2, self.mlp = nn.LayerNorm(d), nn.CausalSelfAttention(d, 4), nn.LayerNorm(d), MLP(d)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln(x))
+            return x + self.mlp(self.ln2(x))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(512, 64)
+            self.blocks = nn.ModuleList([Block(64) for _ in range(2)])
+            self.head = nn.Linear(64, 512, out_dim="v")
+
+        def forward(self, idx):
+            x = self.emb(idx)
+            for b in self.blocks:
+                x = b(x)
+            return self.head(x)
+
+    model = nn.trace(Net(), (4, 32))
+    S = StrategyTree.from_model(model, DeviceMesh(tp=2, dp=2), 8, 2)
+    S.root.split("b", "dp")
+    assert S.blocks[1].mlp.fc1.name == "blocks.1.mlp.fc1"
+    S.blocks[1].mlp.split("f", "tp")  # fc1's output and fc2's input: Megatron's MLP
+    S.blocks[1].attn.qkv.split("q", "tp")
+    S.resolve()
+    ops = S.blocks[1].leaf.ops
+    assert ops["mlp.fc1"]["f"] == ("tp",) and ops["mlp.fc2"]["f"] == ("tp",) and ops["attn.qkv"]["q"] == ("tp",)
+    assert "f" not in S.blocks[0].leaf.ops.get("mlp.fc1", {})
+    with pytest.raises(AttributeError, match="no op or submodule 'nope'"):
+        _ = S.blocks[1].mlp.nope
+    steps = lower(S, Precision.named("bf16")).chunks[0].fwd
+    # the row-parallel fc2 leaves a partial sum: all-reduced over tp where the residual add reads it
+    assert [s.label for s in steps if s.layer == "blocks.1" and s.collective == "all_reduce"] == [
+        "blocks.1.add_1.in1:all_reduce"]

@@ -133,9 +133,9 @@ class StrategyNode:
                 return c
         layer = d.get("layer")
         if layer is not None:
-            for op in layer.ops:
-                if op.name == key:
-                    return OpNode(self, op)
+            found = _op_path(self, layer, key)
+            if found is not None:
+                return found
         raise AttributeError(f"strategy node '{d.get('name', '?')}' has no child or op '{key}'")
 
     def __getitem__(self, i: int) -> StrategyNode:
@@ -317,6 +317,16 @@ class OpNode:
         raise AttributeError(item)
 
 
+def _op_path(node: StrategyNode, layer: Layer, path: str) -> OpNode | OpGroup | None:
+    """The op named `path` in the layer, or the ops under the module path `path` (traced models name
+    ops by their module path inside the layer: 'attn.qkv')."""
+    for op in layer.ops:
+        if op.name == path:
+            return OpNode(node, op)
+    members = [OpNode(node, op) for op in layer.ops if op.name.startswith(path + ".")]
+    return OpGroup(node, path, members) if members else None
+
+
 @dataclass
 class OpSet:
     """Several ops set together (`S.root.select("ln1", "ln2").split("s", "tp")`)."""
@@ -335,6 +345,39 @@ class OpSet:
 
     def __iter__(self) -> Iterator[OpNode]:
         return iter(self.members)
+
+
+@dataclass
+class OpGroup(OpSet):
+    """The ops of one submodule inside a layer (`S.blocks[3].mlp`), reached by attribute like the model's
+    code; `split` applies to every member op that has the dimension."""
+
+    node: StrategyNode
+    path: str
+
+    def __init__(self, node: StrategyNode, path: str, members: list[OpNode]) -> None:
+        super().__init__(members)
+        self.node, self.path = node, path
+
+    def split(self, dims: str | Sequence[str], *axes: str, pad: bool = False) -> OpGroup:
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
+        hit = [m for m in self.members if any(d in m.op.dims for d in names)]
+        if not hit:
+            raise ConfigError(f"strategy.{self.node.name}.{self.path}", f"no op below it has dimension(s) "
+                              f"{', '.join(names)}", f"use one of {', '.join(sorted({d for m in self.members for d in m.op.dims}))}")
+        for m in hit:
+            m.split(tuple(d for d in names if d in m.op.dims), *axes, pad=pad)
+        return self
+
+    def __getattr__(self, key: str) -> OpNode | OpGroup:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        layer = self.node.layer
+        assert layer is not None
+        found = _op_path(self.node, layer, f"{self.path}.{key}")
+        if found is None:
+            raise AttributeError(f"'{self.node.name}.{self.path}' has no op or submodule '{key}'")
+        return found
 
 
 @dataclass
