@@ -9,6 +9,7 @@ import inspect
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pipeline_helpers import compile_tree
@@ -258,6 +259,18 @@ def test_bad_yaml_is_a_one_line_error() -> None:
     assert "malformed YAML" in _err(lambda: StrategyTree.from_yaml(model, "mesh: [1, 2"))
     assert "no layer 'layers.9'" in _err(lambda: StrategyTree.from_yaml(model, text.replace("layers.3:", "layers.9:")))
     assert "missing 'mesh'" in _err(lambda: StrategyTree.from_yaml(model, "global_batch: 4\n"))
+    # the preset's padded vocabulary split (50257 over tp = 4) is recorded as padded and loads; the same
+    # split without that mark is an uneven split, caught on load with the op named
+    tp4 = _preset(_small(batch=1), tp=4, global_batch=1).to_yaml()
+    assert "padded:" in tp4
+    StrategyTree.from_yaml(_small(batch=1), tp4)
+    data = yaml.safe_load(tp4)
+    for entry in data["layers"].values():
+        entry["config"].pop("padded", None)
+    m = _err(lambda: StrategyTree.from_dict(_small(batch=1), data))
+    assert m.startswith("strategy.embedding.embed: dimension 'v' of size 50257 is not divisible by tp = 4")
+    m = _err(lambda: StrategyTree.from_yaml(_small(batch=1), tp4.replace("padded:", "paded:")))
+    assert m.startswith("strategy.layers.embedding.paded: unknown key")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -636,6 +636,12 @@ class StrategyTree:
                            if any(getattr(s, it) for it in STATE_ITEMS)},
                 "saved": {f"{o}/{t}": {d: list(a) for d, a in s.items()} for (o, t), s in leaf.saved.items()},
             }
+            ops = {op.name: op for op in node.layer.ops} if node.layer is not None else {}
+            padded = {o: [d for d, a in sp.items() if ops[o].dims[d] % _axes_product(self.mesh, a)]
+                      for o, sp in leaf.ops.items() if o in ops}
+            padded = {o: ds for o, ds in padded.items() if ds}
+            if padded:
+                cfg["padded"] = padded  # uneven splits the strategy chose to pad (Megatron's vocabulary)
             key = repr(cfg)
             layers[node.name] = {"chunk": chunk, "recompute": rc, "config": shared.setdefault(key, cfg)}
         s = self.schedule
@@ -719,12 +725,17 @@ def _load_leaf(node: StrategyNode, cfg: dict[str, Any]) -> None:
         return ops[name]
 
     leaf = node.leaf
+    unknown = sorted(set(cfg) - {"ops", "weights", "states", "saved", "padded"})
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}", "unknown key in a layer's config",
+                          "use ops, weights, states, saved, padded (see StrategyTree.to_yaml)")
+    padded = cfg.get("padded") or {}
     for o, split in (cfg.get("ops") or {}).items():
         op = op_of(o)
         for d, axes in split.items():
             if d not in op.dims:
                 raise ConfigError(f"{where}.{o}", f"op has no dimension '{d}'", f"its dimensions are {', '.join(op.dims)}")
-            _set_split(node, op, d, tuple(axes), pad=True)
+            _set_split(node, op, d, tuple(axes), pad=d in (padded.get(o) or ()))
     for op in node.layer.ops:
         leaf.explicit[op.name] = set(op.dims)  # a saved strategy is complete: nothing to propagate
     for o, items in (cfg.get("weights") or {}).items():
