@@ -253,6 +253,17 @@ def test_invalid_strategies_give_one_line_errors() -> None:
     assert "needs the 1f1b schedule, not gpipe" in _err(lambda: fresh(pp=4).root.schedule(8, 2, kind="gpipe"))
 
 
+def test_a_failed_split_changes_nothing() -> None:
+    """gpt2's 12 heads over tp=8 fail at the first block's attention; the ops split before it (qkv) and
+    the other blocks are left as they were."""
+    S = StrategyTree.from_model(_small(batch=1), DeviceMesh(tp=8), 1, 1)
+    before = {n.name: ({o: dict(sp) for o, sp in n.leaf.ops.items()}, dict(n.leaf.explicit)) for n in S.root.walk()}
+    with pytest.raises(ConfigError):
+        S.root.split(("q", "a"), "tp")
+    after = {n.name: ({o: dict(sp) for o, sp in n.leaf.ops.items()}, dict(n.leaf.explicit)) for n in S.root.walk()}
+    assert after == before
+
+
 def test_bad_yaml_is_a_one_line_error() -> None:
     model = _small(batch=2)
     text = _preset(model, dp=2, global_batch=4).to_yaml()

@@ -191,13 +191,10 @@ class StrategyNode:
         (innermost first); no axes: replicate. `pad`: allow a size the axes do not divide (padded,
         as Megatron pads the vocabulary)."""
         names = (dims,) if isinstance(dims, str) else tuple(dims)
-        hit = False
-        for leaf, op in self.ops():
-            for d in names:
-                if d in op.dims:
-                    _set_split(leaf, op, d, tuple(axes), pad)
-                    hit = True
-        if not hit:
+        targets = [(leaf, op, d) for leaf, op in self.ops() for d in names if d in op.dims]
+        if targets:
+            _set_splits(targets, tuple(axes), pad)
+        else:
             have = sorted({d for _, op in self.ops() for d in op.dims})
             raise ConfigError(f"strategy.{self.name}", f"no op below it has dimension(s) {', '.join(names)}",
                               f"use one of {', '.join(have)}")
@@ -288,11 +285,12 @@ class OpNode:
         return f"{self.node.name}.{self.op.name}"
 
     def split(self, dims: str | Sequence[str], *axes: str, pad: bool = False) -> OpNode:
-        for d in (dims,) if isinstance(dims, str) else tuple(dims):
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
+        for d in names:
             if d not in self.op.dims:
                 raise ConfigError(f"strategy.{self.name}", f"op has no dimension '{d}'",
                                   f"its dimensions are {', '.join(self.op.dims)}")
-            _set_split(self.node, self.op, d, tuple(axes), pad)
+        _set_splits([(self.node, self.op, d) for d in names], tuple(axes), pad)
         return self
 
     def store(self, tensor: str, dim: str, *axes: str) -> OpNode:
@@ -334,8 +332,13 @@ class OpSet:
     members: list[OpNode]
 
     def split(self, dims: str | Sequence[str], *axes: str, pad: bool = False) -> OpSet:
+        names = (dims,) if isinstance(dims, str) else tuple(dims)
         for m in self.members:
-            m.split(dims, *axes, pad=pad)
+            missing = [d for d in names if d not in m.op.dims]
+            if missing:
+                raise ConfigError(f"strategy.{m.name}", f"op has no dimension '{missing[0]}'",
+                                  f"its dimensions are {', '.join(m.op.dims)}")
+        _set_splits([(m.node, m.op, d) for m in self.members for d in names], tuple(axes), pad)
         return self
 
     def store(self, tensor: str, dim: str, *axes: str) -> OpSet:
@@ -365,8 +368,7 @@ class OpGroup(OpSet):
         if not hit:
             raise ConfigError(f"strategy.{self.node.name}.{self.path}", f"no op below it has dimension(s) "
                               f"{', '.join(names)}", f"use one of {', '.join(sorted({d for m in self.members for d in m.op.dims}))}")
-        for m in hit:
-            m.split(tuple(d for d in names if d in m.op.dims), *axes, pad=pad)
+        _set_splits([(m.node, m.op, d) for m in hit for d in names if d in m.op.dims], tuple(axes), pad)
         return self
 
     def __getattr__(self, key: str) -> OpNode | OpGroup:
@@ -419,6 +421,26 @@ def _iteration_dims(op: Op) -> tuple[str, ...]:
     if op.flop_dims is not None:
         return op.flop_dims
     return tuple(op.dims) if op.kind in CONTRACTION_KINDS else op.output
+
+
+def _set_splits(targets: Sequence[tuple[StrategyNode, Op, str]], axes: tuple[str, ...], pad: bool) -> None:
+    """Set every (leaf, op, dim) split, all or none: on an error the touched configs are restored."""
+    def copy(d: dict[str, Any], name: str) -> Any:
+        return None if name not in d else type(d[name])(d[name])
+
+    saved = {(id(n), op.name): (n, op.name, copy(n.leaf.ops, op.name), copy(n.leaf.explicit, op.name))
+             for n, op, _ in targets}
+    try:
+        for n, op, d in targets:
+            _set_split(n, op, d, axes, pad)
+    except ConfigError:
+        for n, name, split, explicit in saved.values():
+            for store, old in ((n.leaf.ops, split), (n.leaf.explicit, explicit)):
+                if old is None:
+                    store.pop(name, None)
+                else:
+                    store[name] = old
+        raise
 
 
 def _set_split(node: StrategyNode, op: Op, dim: str, axes: tuple[str, ...], pad: bool) -> None:
