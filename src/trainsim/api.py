@@ -312,7 +312,7 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
         raise ConfigError("simulation.exact", f"per-rank simulation of {cl.world_size} GPUs would build millions of "
                           f"tasks (limit {EXACT_MODE_MAX_RANKS})", "drop --exact: rank classes give the same answer")
     mdl = tree.model
-    precision = Precision.named(sim.dtype)
+    precision = Precision.named(cl.device.training_dtype if sim.dtype == "auto" else sim.dtype)
     try:
         peak = cl.device.peak_flops(precision.compute_dtype)
     except KeyError:

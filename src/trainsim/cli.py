@@ -86,7 +86,8 @@ def simulate(
     ffn: Annotated[int | None, Opt(help="override/define FFN hidden size")] = None,
     vocab: Annotated[int | None, Opt(help="override/define vocabulary size")] = None,
     attention: Annotated[str | None, Opt(help="flash | unfused")] = None,
-    dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | tf32 | fp32")] = None,
+    dtype: Annotated[str | None, Opt(help="auto (default: bf16 from Ampere on, fp16 on V100, fp32 on Pascal) | bf16 "
+                                        "| fp16 | fp8 | tf32 | fp32")] = None,
     gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
     exact: Annotated[bool | None, Opt("--exact/--symmetric", help="simulate every rank (slow) or rank classes")] = None,
     bandwidth_sharing: Annotated[bool | None, Opt("--bandwidth-sharing/--no-bandwidth-sharing",

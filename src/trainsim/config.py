@@ -74,7 +74,8 @@ class StrategySpec(_Strict):
 
 
 class SimulationSpec(_Strict):
-    dtype: Literal["fp32", "tf32", "fp16", "bf16", "fp8"] = "bf16"
+    dtype: Literal["auto", "fp32", "tf32", "fp16", "bf16", "fp8"] = Field(
+        "auto", description="auto: what the GPU trains in (bf16 from Ampere on, fp16 on V100, fp32 on Pascal)")
     gamma: float | None = Field(None, ge=0.0, le=5.0,
                                 description="compute slowdown while overlapped with gradient comm (calibrated)")
     exact: bool = False

@@ -81,6 +81,17 @@ class Device:
         """The dtypes this device lists a peak for, in catalogue order."""
         return tuple(d for d in DTYPES if d in self.peak_tflops)
 
+    @property
+    def training_dtype(self) -> str:
+        """What mixed-precision training runs in on this part: bf16 where it is listed (Ampere on),
+        else fp16 where it is faster than fp32 (Volta tensor cores), else fp32 (Pascal: fp16 buys nothing)."""
+        t = self.peak_tflops
+        if "bf16" in t:
+            return "bf16"
+        if "fp16" in t and t["fp16"] > 1.5 * t.get("fp32", 0.0):
+            return "fp16"
+        return "fp32" if "fp32" in t else self.dtypes[0]
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for `dtype`; fp16 and bf16 stand in for each other if only one is listed."""
         key = _normalise_dtype(dtype)
