@@ -453,3 +453,22 @@ def test_module_paths_inside_a_traced_layer_read_like_the_code() -> None:
     # the row-parallel fc2 leaves a partial sum: all-reduced over tp where the residual add reads it
     assert [s.label for s in steps if s.layer == "blocks.1" and s.collective == "all_reduce"] == [
         "blocks.1.add_1.in1:all_reduce"]
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_pipeline_hand_off_is_scattered_over_tp_and_gathered(sp: bool) -> None:
+    """Megatron's scatter-gather p2p: a hand-off replicated over tp (no SP) is sent 1/tp per rank
+    (b x s x h x 2 B / tp) and all-gathered over tp on arrival, forward and backward; under SP it is
+    already split over tp and goes as it is, with nothing to gather."""
+    model = build_model("gpt2", 2, 1024, layers=4)
+    program = lower(_preset(model, tp=2, pp=2, micro_batch=2, global_batch=4, sequence_parallel=sp),
+                    Precision.named("bf16"))
+    c0, c1 = program.chunks
+    full = 2 * 1024 * 768 * 2
+    assert c0.send_fwd_bytes == c1.send_bwd_bytes == full / 2
+    first_fwd, first_bwd = c1.fwd[0], c0.bwd[0]
+    if sp:
+        assert first_fwd.kind == first_bwd.kind == "compute"
+    else:
+        for s in (first_fwd, first_bwd):
+            assert (s.collective, s.axes, s.size_bytes) == ("all_gather", ("tp",), full)

@@ -374,6 +374,22 @@ def _insert_zero3(steps: list[Step], layer_first: dict[str, int], gathers: dict[
     return out
 
 
+def _scatter_over_tp(tensor: tuple[Layout, float], mesh: DeviceMesh) -> tuple[Layout, float]:
+    """A pipeline hand-off of a tensor replicated over tp: Megatron's scatter-gather p2p (the default
+    scatter_gather_tensors_in_pipeline) sends 1/tp of it from each tp rank and all-gathers it over tp
+    on the receiving stage. As a layout: split over tp on its last dimension, 1/tp of the bytes; the
+    receiver's resharding then inserts that all-gather. A tensor already split (sequence parallelism)
+    or a partial sum goes as it is."""
+    layout, size = tensor
+    tp = mesh.size("tp")
+    used = {a for axes in layout.split.values() for a in axes}
+    if tp <= 1 or "tp" in used or "tp" in layout.partial or not layout.dims:
+        return tensor
+    last = layout.dims[-1]
+    split = {**layout.split, last: (*layout.split.get(last, ()), "tp")}
+    return Layout(layout.dims, split, layout.partial), size / tp
+
+
 def lower(tree: StrategyTree, precision: Precision) -> Program:
     """Compile model x strategy into per-chunk templates and per-iteration steps."""
     lw = _Lowerer(tree, precision)
@@ -393,6 +409,7 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
     if offload:
         from .offload import insert_offload  # compile.offload builds Steps: imported here, not at module load
     offload_sizes: dict[str, tuple[float, float]] = {}  # layer -> (parameter, gradient) bytes per rank
+    received: tuple[Layout, float] | None = None  # what the previous chunk sent (scattered over tp)
     for c in range(n_chunks):
         ch = chunks[c]
         first: dict[str, int] = {}
@@ -400,16 +417,19 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
         for node, rc in by_chunk[c]:
             layer = node.layer
             ch.layers.append(layer.name)
-            layer_inputs[layer.name] = prev
+            layer_inputs[layer.name] = prev  # what the layer keeps / recomputes from: the gathered input
             first[layer.name] = len(ch.fwd)
-            prev = lw.forward_layer(layer, node.leaf, rc, prev, ch.fwd)
+            prev = lw.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd)
+            received = None
             tied_here = layer.tied_to is not None and rank_of.get(layer.tied_to) == rank_of[layer.name]
             params0, grads0 = ch.params_local, ch.grads_local
             lw.grad_sync(layer, node.leaf, ch, tied_here)
             offload_sizes[layer.name] = ((ch.params_local - params0) * precision.param_bytes,
                                          (ch.grads_local - grads0) * precision.grad_bytes)
             gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
-        ch.send_fwd_bytes = prev[1] if prev and c < n_chunks - 1 else 0.0
+        if prev and c < n_chunks - 1:
+            received = _scatter_over_tp(prev, mesh)
+            ch.send_fwd_bytes = received[1]
         ch.fwd = _insert_zero3(ch.fwd, first, gathers, "fwd")
         if offload:
             ch.offload = tree.offload
@@ -429,7 +449,9 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
             first[layer.name] = len(ch.bwd)
             grad = lw.backward_layer(layer, node.leaf, rc, grad, layer_inputs[layer.name], ch.bwd)
             gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
-        ch.send_bwd_bytes = grad[1] if grad and c > 0 else 0.0
+        if grad and c > 0:
+            grad = _scatter_over_tp(grad, mesh)
+            ch.send_bwd_bytes = grad[1]
         ch.bwd = _insert_zero3(ch.bwd, first, gathers, "bwd")
         if offload:
             ch.bwd = insert_offload(ch.bwd, offload_sizes, "bwd")

@@ -408,7 +408,7 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
     orders = [_topo_order(et) for et in ets]
     task_of: list[dict[int, int]] = [{} for _ in ets]
     colls: dict[tuple[tuple[int, ...], int], int] = {}
-    coll_seen: Counter[tuple[int, tuple[int, ...]]] = Counter()
+    coll_seen: Counter[tuple[int, str]] = Counter()
     sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)
     recv_seen: Counter[tuple[int, int, int]] = Counter()
     recv_of: list[dict[int, tuple[tuple[int, int, int], int, str]]] = [{} for _ in ets]
@@ -417,6 +417,20 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
         if A_DURATION in a:
             return float(a[A_DURATION])
         return node.duration_micros * 1e-6 if node.duration_micros else None
+
+    # a rank issues a group's collectives in its file's order (the order the generator recorded them),
+    # which is how the members' calls pair up, whatever order dependencies let them be processed in
+    node_pos = [{n.id: i for i, n in enumerate(et.nodes)} for et in ets]
+    file_pos: list[dict[int, int]] = [{} for _ in ets]  # rank -> task -> position of its node in the file
+    issue_index: list[dict[int, int]] = []
+    for et in ets:
+        idx: dict[int, int] = {}
+        for node in et.nodes:
+            if node.type == pb.COMM_COLL_NODE:
+                pg_key = str(_attrs(node).get("pg_name", ""))
+                idx[node.id] = coll_seen[(len(issue_index), pg_key)]
+                coll_seen[(len(issue_index), pg_key)] += 1
+        issue_index.append(idx)
 
     for r, (et, order) in enumerate(zip(ets, orders, strict=True)):
         for node in order:
@@ -459,8 +473,7 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
                 if r not in group:
                     raise ConfigError(where, f"rank {r} is not in its group '{pg}' {list(group)}",
                                       "fix pg_name or the comm group file")
-                key = (group, coll_seen[(r, group)])
-                coll_seen[(r, group)] += 1
+                key = (group, issue_index[r][node.id])
                 if key in colls:
                     t = colls[key]
                     if g.comm_op[t] != op and int(a["comm_type"]) != pb.BARRIER:
@@ -507,6 +520,7 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
                           [], comm_op=kind, comm_bytes=size, comm_ranks=(r,), **common)
             if t is not None:
                 task_of[r][node.id] = t
+                file_pos[r].setdefault(t, node_pos[r][node.id])
 
     # dependencies: a node without a task of its own (receive, metadata, skipped CPU op) stands for
     # the tasks it waits on (a receive: also its matching send)
@@ -538,6 +552,12 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
             absent = next(x for x in group if x not in g.participants[t])
             raise ConfigError(str(files[absent]), f"rank {absent} never issues collective #{k} of group {list(group)} "
                               f"({g.name[t]})", "every member of a group must issue each of its collectives")
+    # each rank's streams run its tasks in file order (how the trace recorded them), not in the order
+    # dependencies let the import visit them: a collective shared by several ranks then sits at the
+    # same place in every member's stream
+    for (c, _s), tasks in g.queues.items():
+        pos = file_pos[c]
+        tasks.sort(key=lambda t: pos.get(t, len(pos)))
     return g
 
 
