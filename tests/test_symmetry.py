@@ -62,15 +62,18 @@ def test_coarse_granularity_agrees_with_op_granularity(name: str) -> None:
         assert coarse.peak_memory_bytes == pytest.approx(op.peak_memory_bytes, rel=1e-9)
 
 
-@pytest.mark.parametrize("name", ["3d", "sp-zero1-selective"])
-def test_coarse_granularity_is_exact_without_overlap_slowdown(name: str) -> None:
+@pytest.mark.parametrize(("name", "rel"), [("sp-zero1-selective", 1e-9), ("3d", 2e-3)])
+def test_coarse_granularity_is_exact_without_overlap_slowdown(name: str, rel: float) -> None:
     """Fusion (serial chains, and the SP weight-gradient fork-join) only changes where gamma applies
     and, with bandwidth sharing on, how a fused collective's link load is spread (an approximation,
-    covered by the 2% test above), so both are off here."""
+    covered by the 2% test above), so both are off here and the result is exact. Without SP a pipeline
+    hand-off arrives scattered over tp and a receiving template starts with its all-gather: fused into
+    the compute after it, the host issues it (op granularity starts it the moment the data arrives),
+    which moves host-bound runs a little (0.1% here)."""
     job = CASES[name]
     op = run(job, granularity="op", gamma=0.0, bandwidth_sharing=False)
     auto = run(job, granularity="auto", gamma=0.0, bandwidth_sharing=False)
-    assert auto.iteration_time_s == pytest.approx(op.iteration_time_s, rel=1e-9)
+    assert auto.iteration_time_s == pytest.approx(op.iteration_time_s, rel=rel)
 
 
 @pytest.mark.parametrize("zero", [0, 3])

@@ -264,9 +264,6 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
         can = (granularity != "op" and prev is not None and s.deps is None and s.stream in merge_streams
                and prev.stream in merge_streams and (i - 1) not in referenced
                and not (keep_anchors and prev.grad_bucket) and prev.kind != "p2p"
-               # a template that starts with a collective (the all-gather of a scattered pipeline
-               # hand-off) keeps it apart: folded into the compute after it, the host would issue it
-               and not (prev.kind == "collective" and prev.index == 0)
                and (granularity == "auto" or steps[i - 1].layer == s.layer))
         if can:
             assert prev is not None
