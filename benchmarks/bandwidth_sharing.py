@@ -14,6 +14,8 @@ ranking against Proteus' measured ranks, and the speed check of issue 4: a GPT-3
 
 Precision is fp32: Proteus' GPUs (Pascal Titan Xp, V100 2019-2022 runs) trained GPT-2 and VGG19 in
 fp32 (Titan Xp has no fast half precision), which doubles activation and TP traffic against bf16.
+Pipeline hand-offs are whole activations (no Megatron scatter/gather): Proteus' compiler connects
+stages with send/recv of the producer's tensor (section V), so the runs it predicts did not scatter.
 
 Run: .venv/bin/python benchmarks/bandwidth_sharing.py
 """
@@ -68,7 +70,8 @@ def ablation() -> None:
     for (cluster, nodes, gb), strategies in TABLE_V.items():
         rows = []
         for (dp, tp, pp, n_mb), truth in strategies.items():
-            strat = {"dp": dp, "tp": tp, "pp": pp, "global_batch": gb, "micro_batch": gb // (dp * n_mb)}
+            strat = {"dp": dp, "tp": tp, "pp": pp, "global_batch": gb, "micro_batch": gb // (dp * n_mb),
+                     "p2p_scatter_gather": False}
             times = [_iteration_s(GPT2, cluster, nodes, strat, sim) for sim in VARIANTS.values()]
             rows.append((f"{dp}x{tp}x{pp}({n_mb})", truth, times))
         ranks = [_ranks([r[2][k] for r in rows]) for k in range(len(VARIANTS))]

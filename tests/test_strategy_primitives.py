@@ -472,3 +472,14 @@ def test_pipeline_hand_off_is_scattered_over_tp_and_gathered(sp: bool) -> None:
     else:
         for s in (first_fwd, first_bwd):
             assert (s.collective, s.axes, s.size_bytes) == ("all_gather", ("tp",), full)
+
+
+def test_scatter_gather_can_be_switched_off() -> None:
+    """--no-p2p-scatter-gather (Megatron's --no-scatter-gather-tensors-in-pipeline): whole activations,
+    nothing to gather; the switch survives the YAML round trip."""
+    model = build_model("gpt2", 2, 1024, layers=4)
+    tree = _preset(model, tp=2, pp=2, micro_batch=2, global_batch=4, p2p_scatter_gather=False)
+    c0, c1 = lower(tree, Precision.named("bf16")).chunks
+    assert c0.send_fwd_bytes == c1.send_bwd_bytes == 2 * 1024 * 768 * 2
+    assert c1.fwd[0].kind == c0.bwd[0].kind == "compute"
+    assert StrategyTree.from_yaml(model, tree.to_yaml()).p2p_scatter_gather is False

@@ -76,6 +76,9 @@ def simulate(
     tp_comm_overlap: Annotated[bool | None, Opt("--tp-comm-overlap/--no-tp-comm-overlap",
                                                 help="TP all-gather/reduce-scatter pipelined with the GEMMs "
                                                      "they feed (Megatron --tp-comm-overlap)")] = None,
+    p2p_scatter_gather: Annotated[bool | None, Opt("--p2p-scatter-gather/--no-p2p-scatter-gather",
+                                                   help="Megatron's scatter/gather pipeline hand-off (default on): "
+                                                        "1/tp per rank, all-gathered on arrival")] = None,
     offload: Annotated[str | None, Opt(help="none | cpu | nvme (ZeRO-Infinity) | remote (HierMem pool): where "
                                             "weights, gradients and optimizer states live")] = None,
     seq_len: Annotated[int | None, Opt(help="sequence length (tokens)")] = None,
@@ -119,6 +122,7 @@ def simulate(
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
                      "tp_comm_overlap": tp_comm_overlap, "offload": offload,
+                     "p2p_scatter_gather": p2p_scatter_gather,
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
                        "calibration": str(calibration) if calibration else None, "comm_model": comm_model,

@@ -67,6 +67,8 @@ class StrategySpec(_Strict):
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = Field(False, description="ZeRO parameter all-gather hidden behind the next forward")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with their GEMMs (TE userbuffers)")
+    p2p_scatter_gather: bool = Field(True, description="Megatron's scatter/gather pipeline hand-off: a tensor "
+                                     "replicated over tp is sent 1/tp per rank and all-gathered on arrival")
     offload: Literal["none", "cpu", "nvme", "remote"] = Field(
         "none", description="keep parameters, gradients and optimizer states in CPU DRAM / NVMe (ZeRO-Infinity) or "
         "a disaggregated pool (ASTRA-sim HierMem): each layer's weights are loaded before its forward and "

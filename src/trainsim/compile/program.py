@@ -428,7 +428,7 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
                                          (ch.grads_local - grads0) * precision.grad_bytes)
             gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
         if prev and c < n_chunks - 1:
-            received = _scatter_over_tp(prev, mesh)
+            received = _scatter_over_tp(prev, mesh) if tree.p2p_scatter_gather else prev
             ch.send_fwd_bytes = received[1]
         ch.fwd = _insert_zero3(ch.fwd, first, gathers, "fwd")
         if offload:
@@ -450,7 +450,7 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
             grad = lw.backward_layer(layer, node.leaf, rc, grad, layer_inputs[layer.name], ch.bwd)
             gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
         if grad and c > 0:
-            grad = _scatter_over_tp(grad, mesh)
+            grad = _scatter_over_tp(grad, mesh) if tree.p2p_scatter_gather else grad
             ch.send_bwd_bytes = grad[1]
         ch.bwd = _insert_zero3(ch.bwd, first, gathers, "bwd")
         if offload:

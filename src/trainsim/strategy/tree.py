@@ -472,6 +472,7 @@ class StrategyTree:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False  # ZeRO-1/2 parameter all-gather runs under the next forward
     tp_comm_overlap: bool = False  # TP collectives pipelined with the GEMM they feed or follow
+    p2p_scatter_gather: bool = True  # Megatron: a pipeline hand-off replicated over tp goes 1/tp per rank
     zero_stage: int = 0  # informational (what a preset asked for); the compiler reads memory configs
     offload: str = "none"  # none | cpu | nvme | remote: model states live off the GPU (ZeRO-Infinity style)
     schedule_set: bool = False  # a schedule was given (preset or schedule()); else derived from the batch at resolve
@@ -673,7 +674,8 @@ class StrategyTree:
             "schedule": {"n_micro_batch": s.n_micro_batch, "kind": s.kind, "virtual_stages": s.virtual_stages,
                          "max_ongoing_micro_batch": s.max_ongoing_micro_batch},
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
-            "tp_comm_overlap": self.tp_comm_overlap, "offload": self.offload, "zero_stage": self.zero_stage,
+            "tp_comm_overlap": self.tp_comm_overlap, "p2p_scatter_gather": self.p2p_scatter_gather,
+            "offload": self.offload, "zero_stage": self.zero_stage,
             "layers": layers,
         }
 
@@ -705,7 +707,7 @@ class StrategyTree:
         tree.root.schedule(int(need(s, "n_micro_batch", "strategy.schedule")),
                            None if cap is None else int(cap), kind=str(s.get("kind", "1f1b")),
                            virtual_stages=int(s.get("virtual_stages", 1)))
-        for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"):
+        for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "p2p_scatter_gather"):
             setattr(tree, flag, bool(data.get(flag, getattr(tree, flag))))
         tree.offload = str(data.get("offload", "none"))
         tree.zero_stage = int(data.get("zero_stage", 0))
