@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,7 @@ from hypothesis import strategies as st
 from trainsim.api import simulate
 from trainsim.compile.graph import ExecutionGraph, RankClass
 from trainsim.compile.program import Stream
-from trainsim.cost.annotate import (
-    _axes_siblings,
-    _pair_siblings,
-    axes_concurrency,
-    group_concurrency,
-    pair_concurrency,
-)
+from trainsim.cost.annotate import axes_concurrency, pair_concurrency
 from trainsim.cost.comm import COLLECTIVES, CommParams, NcclComm, port_key
 from trainsim.hardware.cluster import get_cluster
 from trainsim.sim.engine import run
@@ -133,6 +128,34 @@ def test_max_min_rates_are_feasible_and_bottlenecked(flows: list[list[tuple[int,
                        for r, _ in demand[f])
 
 
+# Reference implementations (enumerate every sibling group) that the vectorised counts are checked against
+
+def group_concurrency(groups: list[tuple[int, ...]], group: tuple[int, ...], gpus_per_node: int) -> int:
+    """Reference count, by enumeration: how many of `groups` have ranks on a node of `group`."""
+    per_node: Counter[int] = Counter()
+    for g in groups:
+        for node in {r // gpus_per_node for r in g}:
+            per_node[node] += 1
+    return max((per_node[r // gpus_per_node] for r in group), default=1) or 1
+
+
+def axes_siblings(mesh: DeviceMesh, axes: tuple[str, ...], stage: int) -> list[tuple[int, ...]]:
+    """Every group over `axes` among the ranks of pipeline stage `stage` (one rank class)."""
+    per_stage = mesh.world_size // mesh.pp
+    seen: dict[int, list[int]] = {}
+    strides = [(a, mesh.stride(a)) for a in axes]
+    for r in range(stage * per_stage, (stage + 1) * per_stage):  # pp is the outermost mesh axis
+        c = mesh.coords(r)
+        seen.setdefault(r - sum(c[a] * st for a, st in strides), []).append(r)
+    return [tuple(v) for v in seen.values()]
+
+
+def pair_siblings(mesh: DeviceMesh, stage: int, other: int) -> list[tuple[int, int]]:
+    """Each rank of `stage` paired with its peer in stage `other` (pipeline sends, embedding sum)."""
+    per_stage = mesh.world_size // mesh.pp
+    return [(r, r + (other - stage) * per_stage) for r in range(stage * per_stage, (stage + 1) * per_stage)]
+
+
 # --------------------------------------------------------------------------------------------------
 # The comm model's per-link work and static concurrency
 # --------------------------------------------------------------------------------------------------
@@ -165,7 +188,7 @@ def test_static_concurrency_by_hand_dgx1_vs_dgx_a100() -> None:
     mesh = DeviceMesh(tp=4, dp=4)
     group = tuple(mesh.group_ranks(("dp",), 0))
     assert group == (0, 4, 8, 12)
-    siblings = _axes_siblings(mesh, ("dp",), 0)
+    siblings = axes_siblings(mesh, ("dp",), 0)
     assert sorted(siblings) == [(0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15)]
     assert group_concurrency(siblings, group, 8) == 4
     size = 1e9  # all-gather: a ring, Simple protocol; bandwidth part = (n-1)/n * size / node share
@@ -178,7 +201,7 @@ def test_static_concurrency_by_hand_dgx1_vs_dgx_a100() -> None:
             assert max(work, key=lambda k: work[k]) in ("nic", "rail")
     # pipeline sends of a 2-stage dp=8 job: 8 sender ranks on node 0 share its NICs
     pp_mesh = DeviceMesh(dp=8, pp=2)
-    pairs = _pair_siblings(pp_mesh, 0, 1)
+    pairs = pair_siblings(pp_mesh, 0, 1)
     assert pairs[0] == (0, 8) and group_concurrency(pairs, (0, 8), 8) == 8
 
 
@@ -193,12 +216,12 @@ def test_vectorised_concurrency_equals_enumerating_the_groups(sizes: list[int], 
     rep = mesh.rank({"pp": stage})
     group = tuple(mesh.group_ranks(axes, rep))
     assert axes_concurrency(mesh, axes, stage, group, gpn) == group_concurrency(
-        _axes_siblings(mesh, axes, stage), group, gpn)
+        axes_siblings(mesh, axes, stage), group, gpn)
     if mesh.pp > 1:
         other = (stage + 1) % mesh.pp
         pair = (rep, mesh.rank({"pp": other}))
         assert pair_concurrency(mesh, stage, other, pair, gpn) == group_concurrency(
-            _pair_siblings(mesh, stage, other), pair, gpn)
+            pair_siblings(mesh, stage, other), pair, gpn)
 
 
 def test_static_concurrency_slows_dgx1_not_dgx_a100() -> None:
@@ -220,7 +243,7 @@ def test_socket_link_divided_among_cross_socket_groups_by_hand() -> None:
     cl = get_cluster("pcie-titanxp")
     assert cl.intra_node_levels[1].port_gbps == 6.0
     mesh = DeviceMesh(tp=4, dp=2)
-    siblings = _axes_siblings(mesh, ("dp",), 0)
+    siblings = axes_siblings(mesh, ("dp",), 0)
     assert sorted(siblings) == [(0, 4), (1, 5), (2, 6), (3, 7)]
     assert group_concurrency(siblings, (0, 4), 8) == 4
     comm, size = NcclComm(cl, CommParams()), float(2**30)

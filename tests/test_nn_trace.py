@@ -10,12 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from pipeline_helpers import simulate_tree_steps
+from pipeline_helpers import assert_late_stages_pipelined, collectives, simulate_tree_steps
 
 import trainsim
 import trainsim.nn as nn
-from trainsim.compile.graph import ExecutionGraph
-from trainsim.compile.program import Program
 from trainsim.errors import ConfigError
 from trainsim.strategy.mesh import DeviceMesh
 from trainsim.strategy.tree import StrategyTree
@@ -157,19 +155,11 @@ class GPT(nn.Module):
 # --------------------------------------------------------------------------------------------------
 
 
-def simulate(tree: StrategyTree, cluster: str = "dgx-a100", nodes: int = 1) -> tuple[float, ExecutionGraph, Program]:
-    return simulate_tree_steps(tree, cluster, nodes)
-
-
 def data_parallel(model: Model, dp: int = 8) -> StrategyTree:
     batch = model.batch_size_in_graph
     S = StrategyTree.from_model(model, DeviceMesh(dp=dp), batch, batch // dp)
     S.root.split(model.batch_dim, "dp")
     return S
-
-
-def collectives(program: Program) -> set[tuple[str, str]]:
-    return {(s.collective, s.category) for ch in program.chunks for s in ch.fwd + ch.bwd if s.kind == "collective"}
 
 
 @pytest.fixture(scope="module")
@@ -209,8 +199,8 @@ def test_traced_cnn_simulates_like_the_zoo(fixture: str, zoo: str, request: pyte
     """Same ops, bytes and saved tensors as the hand-written zoo model: data-parallel iteration on
     one DGX A100 node within 1%."""
     model: Model = request.getfixturevalue(fixture)
-    mine, _, _ = simulate(data_parallel(model))
-    ref, _, _ = simulate(data_parallel(build_model(zoo, 256)))
+    mine, _, _ = simulate_tree_steps(data_parallel(model))
+    ref, _, _ = simulate_tree_steps(data_parallel(build_model(zoo, 256)))
     assert mine > 0 and mine == pytest.approx(ref, rel=0.01)
 
 
@@ -274,14 +264,9 @@ def test_cnn_strategies_compile(resnet: Model) -> None:
     S = StrategyTree.from_model(resnet, DeviceMesh(tp=2, dp=4), 256, 64)
     S.root.split("n", "dp")
     S.layer1[0].conv1.split("k", "tp")
-    t, _, program = simulate(S)
+    t, _, program = simulate_tree_steps(S)
     assert t > 0 and ("all_gather", "tp") in collectives(program)
-    P = StrategyTree.from_model(resnet, DeviceMesh(pp=2, dp=4), 512, 64)
-    P.root.split("n", "dp")
-    for node in (P.layer3, P.layer4, P.head):
-        node.map(1)
-    t, graph, program = simulate(P)
-    assert t > 0 and program.chunks[0].send_fwd_bytes > 0 and "pp" in set(graph.category)
+    assert_late_stages_pipelined(resnet, 512, 64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -313,14 +298,14 @@ def test_megatron_strategies_on_a_traced_gpt() -> None:
     model = _small_gpt()
     S = StrategyTree.from_model(model, DeviceMesh(tp=2, dp=4), 8, 2)
     S.root.split("b", "dp").split(("q", "a", "g", "o", "kv", "f"), "tp").split("v", "tp")
-    t, _, program = simulate(S)
+    t, _, program = simulate_tree_steps(S)
     assert t > 0 and ("all_reduce", "tp") in collectives(program)  # row-parallel proj / fc2
     P = StrategyTree.from_model(model, DeviceMesh(pp=2, dp=4), 16, 2)
     P.root.split("b", "dp")
     for i, blk in enumerate(P.blocks):
         blk.map(0 if i < 2 else 1)
     P.head.map(1)
-    t, graph, program = simulate(P)
+    t, graph, program = simulate_tree_steps(P)
     assert t > 0 and program.chunks[0].send_fwd_bytes > 0 and "pp" in set(graph.category)
 
 
@@ -363,7 +348,7 @@ def test_linear_out_dim_can_be_split_by_name() -> None:
     assert add.input_from == ("@skip", None)
     S = StrategyTree.from_model(model, DeviceMesh(tp=2), 4, 4)
     S.root.split("f", "tp")
-    _, _, program = simulate(S)
+    _, _, program = simulate_tree_steps(S)
     assert ("all_reduce", "tp") in collectives(program)
 
 

@@ -12,12 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
-from pipeline_helpers import simulate_tree_steps  # noqa: E402
+from pipeline_helpers import assert_late_stages_pipelined, collectives, simulate_tree_steps  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from trainsim.compile.graph import ExecutionGraph  # noqa: E402
-from trainsim.compile.program import Program  # noqa: E402
 from trainsim.errors import ConfigError  # noqa: E402
 from trainsim.strategy.mesh import DeviceMesh  # noqa: E402
 from trainsim.strategy.presets import ParallelSpec, build_strategy  # noqa: E402
@@ -198,14 +196,6 @@ def forward_flops(model: Model) -> float:
     return model.fwd_flops_per_sample() * model.batch_size_in_graph
 
 
-def simulate(tree: StrategyTree, nodes: int = 1) -> tuple[float, ExecutionGraph, Program]:
-    return simulate_tree_steps(tree, "dgx-a100", nodes)
-
-
-def collectives(program: Program) -> set[tuple[str, str]]:
-    return {(s.collective, s.category) for ch in program.chunks for s in ch.fwd + ch.bwd if s.kind == "collective"}
-
-
 def one_line(exc: pytest.ExceptionInfo[ConfigError]) -> str:
     msg = str(exc.value)
     assert "\n" not in msg
@@ -265,18 +255,13 @@ def test_cnn_strategies_compile_and_simulate(resnet: tuple[nn.Module, Model]) ->
     _, model = resnet
     D = StrategyTree.from_model(model, DeviceMesh(dp=8), 8, 1)
     D.root.split("n", "dp")
-    assert simulate(D)[0] > 0
+    assert simulate_tree_steps(D)[0] > 0
     T = StrategyTree.from_model(model, DeviceMesh(tp=2, dp=4), 8, 2)
     T.root.split("n", "dp")
     T.layer2[1].conv1.split("k", "tp")  # output channels over tp: the next conv gathers them
-    t, _, program = simulate(T)
+    t, _, program = simulate_tree_steps(T)
     assert t > 0 and any(cat == "tp" for _, cat in collectives(program))
-    P = StrategyTree.from_model(model, DeviceMesh(pp=2, dp=4), 16, 2)
-    P.root.split("n", "dp")
-    for node in (P.layer3, P.layer4, P.head):
-        node.map(1)
-    t, graph, program = simulate(P)
-    assert t > 0 and program.chunks[0].send_fwd_bytes > 0 and "pp" in set(graph.category)
+    assert_late_stages_pipelined(model, 16, 2)
 
 
 def _torchvision() -> Any:
@@ -334,21 +319,21 @@ def test_megatron_strategies_on_traced_gpt(gpt: tuple[nn.Module, Model]) -> None
     _, model = gpt
     D = StrategyTree.from_model(model, DeviceMesh(dp=8), 8, 1)
     D.root.split("b", "dp")
-    assert simulate(D)[0] > 0
+    assert simulate_tree_steps(D)[0] > 0
     T = StrategyTree.from_model(model, DeviceMesh(tp=2, dp=4), 8, 2)
     T.root.split("b", "dp").split(("q", "a", "g", "o", "kv", "f"), "tp").split("v", "tp")
-    t, _, program = simulate(T)
+    t, _, program = simulate_tree_steps(T)
     assert t > 0 and ("all_reduce", "tp") in collectives(program)
     P = StrategyTree.from_model(model, DeviceMesh(pp=2, dp=4), 16, 2)
     P.root.split("b", "dp")
     for i, blk in enumerate(P.blocks):
         blk.map(0 if i < len(P.blocks) // 2 else 1)
     P.head.map(1)
-    t, graph, program = simulate(P)
+    t, graph, program = simulate_tree_steps(P)
     assert t > 0 and program.chunks[0].send_fwd_bytes > 0 and "pp" in set(graph.category)
     # the Megatron preset fills the same names (TP + SP on the traced model)
     preset = build_strategy(model, ParallelSpec(dp=4, tp=2, sequence_parallel=True, micro_batch=2, global_batch=8))
-    assert simulate(preset)[0] > 0
+    assert simulate_tree_steps(preset)[0] > 0
 
 
 # --------------------------------------------------------------------------------------------------

@@ -72,16 +72,21 @@ def _topology_cluster(job: JobConfig) -> Cluster:
     return cluster_from_topology(levels, device, name=f"topology {format_topology(levels)}")
 
 
+def preset_cluster(name: str) -> Cluster:
+    """A cluster preset by name at its default size; an unknown name is a one-line ConfigError."""
+    try:
+        return get_cluster(name)
+    except KeyError:
+        raise ConfigError("cluster.name", f"unknown cluster '{name}'",
+                          f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
+
+
 def _cluster(job: JobConfig) -> Cluster:
     s = job.strategy
     nodes = job.cluster.nodes
     if job.cluster.topology is not None:
         return _topology_cluster(job)
-    try:
-        base = get_cluster(job.cluster.name)
-    except KeyError:
-        raise ConfigError("cluster.name", f"unknown cluster '{job.cluster.name}'",
-                          f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
+    base = preset_cluster(job.cluster.name)
     gpn = job.cluster.gpus_per_node or base.gpus_per_node
     if nodes is None and s.dp is not None and base.has_network:  # a single box keeps its GPUs
         world = s.dp * s.tp * s.pp * s.cp
@@ -203,7 +208,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         tree = _tree_from_file(job)
         spec = _spec_of_tree(tree)
         if job.cluster.nodes is None and job.cluster.topology is None:
-            gpn = job.cluster.gpus_per_node or _gpus_per_node(job.cluster.name)
+            gpn = job.cluster.gpus_per_node or preset_cluster(job.cluster.name).gpus_per_node
             job = job.model_copy(update={"cluster": job.cluster.model_copy(
                 update={"nodes": max(1, -(-tree.mesh.world_size // gpn))})})
         cl = _cluster(job)
@@ -230,11 +235,7 @@ def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int |
     `simulation` takes the simulation keys
     (dtype, gamma, exact, granularity, bandwidth_sharing, comm_model, ...)."""
     wall0 = time.perf_counter()
-    try:
-        base = get_cluster(cluster)
-    except KeyError:
-        raise ConfigError("cluster.name", f"unknown cluster '{cluster}'",
-                          f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
+    base = preset_cluster(cluster)
     world = tree.mesh.world_size
     if nodes is None:
         nodes = max(1, -(-world // base.gpus_per_node)) if base.has_network else 1
@@ -244,14 +245,6 @@ def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int |
     job = parse_job({"cluster": spec, "simulation": simulation})
     cl = _cluster(job)
     return _run_tree(tree, cl, job.simulation, _spec_of_tree(tree), wall0)
-
-
-def _gpus_per_node(name: str) -> int:
-    try:
-        return get_cluster(name).gpus_per_node
-    except KeyError:
-        raise ConfigError("cluster.name", f"unknown cluster '{name}'",
-                          f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
 
 
 def _job_model(job: JobConfig, batch: int) -> Model:

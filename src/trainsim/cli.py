@@ -141,6 +141,7 @@ def simulate(
     else:
         base = DEFAULT_JOB
     job = parse_job(merge(base, flags))
+    from .api import preset_cluster
     from .api import simulate as run_simulation
     from .report.chrome_trace import write_chrome_trace
     from .report.summary import print_summary
@@ -170,14 +171,8 @@ def simulate(
         if resolved.model.hf_config is not None:  # the dumped job must find the file from anywhere
             resolved.model.hf_config = str(Path(resolved.model.hf_config).resolve())
         if job.cluster.topology is None:
-            resolved.cluster.nodes = result.n_gpus // max(1, _gpus_per_node(job.cluster.name))
+            resolved.cluster.nodes = result.n_gpus // max(1, preset_cluster(job.cluster.name).gpus_per_node)
         _write_atomic(dump_config, dump_yaml(resolved))
-
-
-def _gpus_per_node(name: str) -> int:
-    from .hardware.cluster import get_cluster
-
-    return get_cluster(name).gpus_per_node
 
 
 @app.command()

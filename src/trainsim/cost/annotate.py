@@ -11,7 +11,6 @@ With bandwidth sharing on, two more things happen (Proteus section VI-C):
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,30 +66,10 @@ def _block_gpus(cluster: Cluster) -> dict[str, int]:
     return out
 
 
-def group_concurrency(groups: list[tuple[int, ...]], group: tuple[int, ...], gpus_per_node: int) -> int:
-    """How many of `groups` (the call's sibling groups, `group` among them) have ranks on a node of
-    `group`: they run at once and divide that node's NICs (the most crowded node counts)."""
-    per_node: Counter[int] = Counter()
-    for g in groups:
-        for node in {r // gpus_per_node for r in g}:
-            per_node[node] += 1
-    return max((per_node[r // gpus_per_node] for r in group), default=1) or 1
-
-
-def _axes_siblings(mesh: DeviceMesh, axes: tuple[str, ...], stage: int) -> list[tuple[int, ...]]:
-    """Every group over `axes` among the ranks of pipeline stage `stage` (one rank class)."""
-    per_stage = mesh.world_size // mesh.pp
-    seen: dict[int, list[int]] = {}
-    strides = [(a, mesh.stride(a)) for a in axes]
-    for r in range(stage * per_stage, (stage + 1) * per_stage):  # pp is the outermost mesh axis
-        c = mesh.coords(r)
-        seen.setdefault(r - sum(c[a] * st for a, st in strides), []).append(r)
-    return [tuple(v) for v in seen.values()]
-
-
 def _groups_per_node(ranks: np.ndarray, group_ids: np.ndarray, group: tuple[int, ...], gpus_per_node: int) -> int:
-    """`group_concurrency` for groups given as (member rank, group id) arrays, vectorised: the most
-    groups that have a rank on one node of `group`."""
+    """How many of the sibling groups (given as member rank / group id arrays; they run at once and
+    divide the NICs and ports of the nodes they share) have a rank on a node of `group`: the most
+    crowded such node counts."""
     nodes = ranks // gpus_per_node
     pairs = np.unique(nodes * (int(group_ids.max()) + 1) + group_ids)
     node_ids, counts = np.unique(pairs // (int(group_ids.max()) + 1), return_counts=True)
@@ -100,8 +79,9 @@ def _groups_per_node(ranks: np.ndarray, group_ids: np.ndarray, group: tuple[int,
 
 def axes_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage: int, group: tuple[int, ...],
                      gpus_per_node: int) -> int:
-    """group_concurrency(_axes_siblings(mesh, axes, stage), group, gpn) without building the groups:
-    each rank of the stage is keyed by its group (its rank with the `axes` coordinates zeroed)."""
+    """Concurrency of `group` among every group over `axes` in pipeline stage `stage` (one rank class),
+    counted without building the groups: each rank of the stage is keyed by its group (its rank with
+    the `axes` coordinates zeroed)."""
     per_stage = mesh.world_size // mesh.pp
     ranks = np.arange(stage * per_stage, (stage + 1) * per_stage, dtype=np.int64)
     keys = ranks.copy()
@@ -112,18 +92,13 @@ def axes_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage: int, group:
 
 
 def pair_concurrency(mesh: DeviceMesh, stage: int, other: int, group: tuple[int, ...], gpus_per_node: int) -> int:
-    """group_concurrency(_pair_siblings(mesh, stage, other), group, gpn), vectorised."""
+    """Concurrency of the pair `group` among the pairs that join each rank of `stage` with its peer in
+    stage `other` (pipeline sends, the tied-embedding sum)."""
     per_stage = mesh.world_size // mesh.pp
     mine = np.arange(stage * per_stage, (stage + 1) * per_stage, dtype=np.int64)
     ids = np.arange(per_stage, dtype=np.int64)
     ranks = np.concatenate([mine, mine + (other - stage) * per_stage])
     return _groups_per_node(ranks, np.concatenate([ids, ids]), group, gpus_per_node)
-
-
-def _pair_siblings(mesh: DeviceMesh, stage: int, other: int) -> list[tuple[int, int]]:
-    """Each rank of `stage` paired with its peer in stage `other` (pipeline sends, embedding sum)."""
-    per_stage = mesh.world_size // mesh.pp
-    return [(r, r + (other - stage) * per_stage) for r in range(stage * per_stage, (stage + 1) * per_stage)]
 
 
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,

@@ -7,6 +7,7 @@ simulation instead of a formula (tests check them against the closed forms).
 
 from __future__ import annotations
 
+import heapq
 import math
 
 WorkItem = tuple[str, int, int]
@@ -87,8 +88,7 @@ def dynamic_orders(fwd_s: list[float], bwd_s: list[float], m: int, max_ongoing: 
     orders: list[list[WorkItem]] = [[] for _ in range(p)]
     events: list[tuple[float, int]] = [(0.0, r) for r in range(p)]  # (time a rank may decide, rank)
     while events:
-        events.sort()
-        now, r = events.pop(0)
+        now, r = heapq.heappop(events)
         if now < free_at[r] - 1e-15 or len(orders[r]) == 2 * m:
             continue
         ready_b = [i for i in range(m) if not done_b[r][i] and b_ready[r][i] <= now + 1e-15]
@@ -102,14 +102,14 @@ def dynamic_orders(fwd_s: list[float], bwd_s: list[float], m: int, max_ongoing: 
             n_b[r] += 1
             if r > 0:
                 b_ready[r - 1][i] = end + sb[r]
-                events.append((b_ready[r - 1][i], r - 1))
+                heapq.heappush(events, (b_ready[r - 1][i], r - 1))
         elif can_f:
             end = now + fwd_s[r]
             orders[r].append(("F", i_f, 0))
             next_f[r] += 1
             if r < p - 1:
                 f_ready[r + 1][i_f] = end + sf[r]
-                events.append((f_ready[r + 1][i_f], r + 1))
+                heapq.heappush(events, (f_ready[r + 1][i_f], r + 1))
             else:
                 b_ready[r][i_f] = end
         else:
@@ -117,10 +117,10 @@ def dynamic_orders(fwd_s: list[float], bwd_s: list[float], m: int, max_ongoing: 
             if i_f < m and i_f - n_b[r] < cap and f_ready[r][i_f] > now:
                 waits.append(f_ready[r][i_f])
             if waits:
-                events.append((min(waits), r))
+                heapq.heappush(events, (min(waits), r))
             continue
         free_at[r] = end
-        events.append((end, r))
+        heapq.heappush(events, (end, r))
     return orders
 
 

@@ -422,15 +422,13 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
     # which is how the members' calls pair up, whatever order dependencies let them be processed in
     node_pos = [{n.id: i for i, n in enumerate(et.nodes)} for et in ets]
     file_pos: list[dict[int, int]] = [{} for _ in ets]  # rank -> task -> position of its node in the file
-    issue_index: list[dict[int, int]] = []
-    for et in ets:
-        idx: dict[int, int] = {}
+    issue_index: list[dict[int, int]] = [{} for _ in ets]  # rank -> collective node -> its issue number
+    for r, et in enumerate(ets):
         for node in et.nodes:
             if node.type == pb.COMM_COLL_NODE:
                 pg_key = str(_attrs(node).get("pg_name", ""))
-                idx[node.id] = coll_seen[(len(issue_index), pg_key)]
-                coll_seen[(len(issue_index), pg_key)] += 1
-        issue_index.append(idx)
+                issue_index[r][node.id] = coll_seen[(r, pg_key)]
+                coll_seen[(r, pg_key)] += 1
 
     for r, (et, order) in enumerate(zip(ets, orders, strict=True)):
         for node in order:

@@ -70,21 +70,19 @@ class _Fields:
             out = max(out, float(value))
         return out
 
-    def boolean(self, key: str, default: bool) -> bool:
+    def _typed(self, key: str, default: Any, kind: type, what: str) -> Any:
         value = self.data.get(key)
         if value is None:
             return default
-        if not isinstance(value, bool):
-            raise self._error(key, f"must be true or false, got {value!r}", "fix the value")
+        if not isinstance(value, kind):
+            raise self._error(key, f"must be {what}, got {value!r}", "fix the value")
         return value
 
+    def boolean(self, key: str, default: bool) -> bool:
+        return bool(self._typed(key, default, bool, "true or false"))
+
     def string(self, key: str, default: str) -> str:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self._error(key, f"must be a string, got {value!r}", "fix the value")
-        return value
+        return str(self._typed(key, default, str, "a string"))
 
     def architecture(self) -> str | None:
         archs = self.data.get("architectures")
