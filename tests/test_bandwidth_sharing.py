@@ -330,6 +330,7 @@ def test_switch_in_api_config_and_cli(tmp_path: Path) -> None:
     out = tmp_path / "off.json"
     p = subprocess.run([sys.executable, "-m", "trainsim", "simulate", "--model", "gpt2", "--cluster", "dgx1-v100",
                         "--nodes", "2", "--pp", "2", "--global-batch", "16", "--no-bandwidth-sharing", "-q",
+                        "--recompute", "none", "--zero", "0",  # flags change the default job: plain settings
                         "--json", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["iteration_time_s"] == pytest.approx(off_cfg, rel=1e-12)

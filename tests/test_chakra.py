@@ -256,7 +256,8 @@ def test_unmatched_receive_is_a_one_line_error(tmp_path: Path) -> None:
 def test_cli_export_then_run_prints_the_simulated_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = _sim({"name": "dgx-a100", "nodes": 1}, granularity="op")
     main(["chakra", "export", "--model", "gpt2", "--cluster", "dgx-a100", "--nodes", "1", "--dp", "2", "--tp", "2",
-          "--pp", "2", "--global-batch", "8", "--micro-batch", "2", "--out", str(tmp_path), "--prefix", "g"])
+          "--pp", "2", "--global-batch", "8", "--micro-batch", "2", "--out", str(tmp_path), "--prefix", "g",
+          "--no-sp", "--recompute", "none", "--zero", "0"])  # flags change the default job: plain settings
     assert len(list(tmp_path.glob("g.*.et"))) == 8
     out_json = tmp_path / "run.json"
     main(["chakra", "run", str(tmp_path / "g"), "--cluster", "dgx-a100", "--json", str(out_json)])

@@ -282,7 +282,8 @@ def test_offload_flag_on_the_cli_matches_the_yaml_key(tmp_path) -> None:
 
     out = tmp_path / "r.json"
     args = [sys.executable, "-m", "trainsim", "simulate", "--model", "gpt2", "--cluster", "dgx-h100", "--tp", "2",
-            "--global-batch", "8", "--zero", "3", "-q", "--json", str(out)]
+            "--global-batch", "8", "--zero", "3", "-q", "--json", str(out),
+            "--no-sp", "--recompute", "none"]  # flags change the default job: its SP and recompute off
     p = subprocess.run([*args, "--offload", "nvme"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     want = simulate({"model": {"name": "gpt2"}, "cluster": {"name": "dgx-h100"},

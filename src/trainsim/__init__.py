@@ -2,23 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: importing trainsim stays cheap (the API is imported on first call)
+    from .config import JobConfig
+    from .sim.result import SimulationResult
+    from .strategy.tree import StrategyTree
 
 __version__ = "0.1.0"
 
 
-def simulate(*args: Any, **kwargs: Any) -> Any:
-    """Predict one training iteration; see trainsim.api.simulate (imported lazily: no import side effects)."""
+def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict[str, Any] | None = None,
+             cluster: str | dict[str, Any] | None = None, strategy: dict[str, Any] | None = None,
+             bandwidth_sharing: bool | None = None, progress: Callable[[str, int, int], None] | None = None,
+             **options: Any) -> SimulationResult:
+    """Predict one training iteration.
+
+    Either pass a JobConfig / nested dict, or keywords: `simulate(model="llama3-70b", cluster="dgx-h100",
+    strategy={"tp": 8, "pp": 4, "dp": 16, "global_batch": 1024}, nodes=64, seq_len=8192)`.
+    Any other keyword is a key of the model, cluster, strategy or simulation section (seq_len, nodes, gpu,
+    topology, tp, dtype, comm_model, ...) and goes there; an unknown one is a ConfigError.
+    `bandwidth_sharing` (any form) overrides simulation.bandwidth_sharing: False prices every call as
+    if it ran alone, for an ablation. `progress(phase, done, total)`, if given, is called every few thousand
+    tasks ('building graph', then 'simulating'); without it nothing is reported.
+    """
     from .api import simulate as _simulate
 
-    return _simulate(*args, **kwargs)
+    return _simulate(job, model=model, cluster=cluster, strategy=strategy, bandwidth_sharing=bandwidth_sharing,
+                     progress=progress, **options)
 
 
-def simulate_tree(*args: Any, **kwargs: Any) -> Any:
-    """Simulate a strategy tree written with the primitives; see trainsim.api.simulate_tree (lazy import)."""
+def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int | None = None,
+                  progress: Callable[[str, int, int], None] | None = None, **simulation: Any) -> SimulationResult:
+    """Simulate a strategy tree written with the primitives (`StrategyTree.from_model(...)`) on a cluster
+    preset; `nodes` defaults to what the tree's mesh needs (a mesh smaller than a node uses part of one),
+    `simulation` takes the simulation keys
+    (dtype, gamma, exact, granularity, bandwidth_sharing, comm_model, ...)."""
     from .api import simulate_tree as _simulate_tree
 
-    return _simulate_tree(*args, **kwargs)
+    return _simulate_tree(tree, cluster, nodes=nodes, progress=progress, **simulation)
 
 
 _LAZY = {"StrategyTree": "trainsim.strategy.tree", "DeviceMesh": "trainsim.strategy.mesh"}
@@ -36,4 +61,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'trainsim' has no attribute '{name}'")
 
 
-__all__ = ["DeviceMesh", "StrategyTree", "simulate", "simulate_tree", "__version__"]
+__all__ = ["ConfigError", "DeviceMesh", "StrategyTree", "simulate", "simulate_tree", "__version__"]

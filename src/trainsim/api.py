@@ -5,14 +5,26 @@ workload -> strategy -> compile (templates) -> cost (annotate) -> compile (graph
 
 from __future__ import annotations
 
+import difflib
+import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .compile.graph import build_graph
+from .compile.graph import WorkEstimate, build_graph, predict_tasks
 from .compile.program import lower
-from .config import DEFAULT_JOB, JobConfig, SimulationSpec, load_yaml, parse_job
+from .config import (
+    DEFAULT_JOB,
+    ClusterSpec,
+    JobConfig,
+    ModelSpec,
+    SimulationSpec,
+    StrategySpec,
+    load_yaml,
+    parse_job,
+)
 from .cost.annotate import annotate, optimizer_time
 from .cost.calibration import load_calibration
 from .cost.comm import CommModel, NcclComm
@@ -24,6 +36,7 @@ from .errors import ConfigError
 from .hardware.cluster import CLUSTERS, Cluster, get_cluster
 from .hardware.devices import get_device
 from .hardware.topology import TOPOLOGY_PRESETS, cluster_from_topology, format_topology, resolve_topology
+from .limits import BYTES_PER_TASK, MAX_GPUS, MAX_PREDICTED_TASKS
 from .sim.engine import run
 from .sim.result import (
     BREAKDOWN_KEYS,
@@ -39,9 +52,11 @@ from .strategy.presets import ParallelSpec, build_strategy
 from .strategy.tree import StrategyTree
 from .workload.hf import build_hf_model
 from .workload.ir import Model
-from .workload.zoo import build_model, model_names
+from .workload.zoo import build_model, is_transformer, model_names
 
-EXACT_MODE_MAX_RANKS = 1024  # per-rank mode is for verification and asymmetric cases, not for scale
+ProgressFn = Callable[[str, int, int], None]
+"""progress(phase, done, total): 'building graph' (tasks built of those predicted), then 'simulating' (tasks
+finished of the graph's); called every few thousand tasks from the simulating thread. Only when asked."""
 
 
 def default_job() -> JobConfig:
@@ -81,6 +96,18 @@ def preset_cluster(name: str) -> Cluster:
                           f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
 
 
+def _check_gpus(nodes: int, gpus_per_node: int, job: JobConfig) -> None:
+    """Refuse a cluster above MAX_GPUS before anything is sized to it, naming the key that made it so big."""
+    if nodes * gpus_per_node <= MAX_GPUS:
+        return
+    c = job.cluster
+    field = ("cluster.nodes" if c.nodes is not None else "cluster.gpus_per_node" if c.gpus_per_node is not None
+             else "strategy.dp")
+    raise ConfigError(field, f"{nodes:,} node{'s' if nodes > 1 else ''} x {gpus_per_node:,} GPUs = "
+                      f"{nodes * gpus_per_node:,} GPUs is above the limit of {MAX_GPUS:,}",
+                      "simulate a smaller cluster (fewer nodes or smaller degrees)")
+
+
 def _cluster(job: JobConfig) -> Cluster:
     s = job.strategy
     nodes = job.cluster.nodes
@@ -94,6 +121,7 @@ def _cluster(job: JobConfig) -> Cluster:
             raise ConfigError("strategy.dp", f"dp x tp x pp x cp = {world} GPUs is not a whole number of "
                               f"{gpn}-GPU nodes", "adjust the degrees or pass --nodes")
         nodes = max(1, world // gpn)
+    _check_gpus((nodes or base.nodes) if base.has_network else 1, gpn, job)
     try:
         cl = base.with_nodes(nodes or base.nodes)
     except ValueError as exc:
@@ -143,6 +171,8 @@ def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims:
     """A built-in model by name, bad names and dimensions turned into ConfigErrors."""
     try:
         return build_model(name, batch, seq_len, attention, **dims)
+    except ConfigError:
+        raise
     except KeyError as exc:
         if name not in model_names():
             raise ConfigError("model.name", f"unknown model '{name}'", "see `trainsim models` for the names") from None
@@ -176,31 +206,35 @@ def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
     return tips
 
 
-def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None = None,
-             cluster: str | None = None, strategy: dict[str, Any] | None = None,
-             bandwidth_sharing: bool | None = None, **options: Any) -> SimulationResult:
+def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict[str, Any] | None = None,
+             cluster: str | dict[str, Any] | None = None, strategy: dict[str, Any] | None = None,
+             bandwidth_sharing: bool | None = None, progress: ProgressFn | None = None,
+             **options: Any) -> SimulationResult:
     """Predict one training iteration.
 
     Either pass a JobConfig / nested dict, or keywords: `simulate(model="llama3-70b", cluster="dgx-h100",
     strategy={"tp": 8, "pp": 4, "dp": 16, "global_batch": 1024}, nodes=64, seq_len=8192)`.
+    Any other keyword is a key of the model, cluster, strategy or simulation section (seq_len, nodes, gpu,
+    topology, tp, dtype, comm_model, ...) and goes there; an unknown one is a ConfigError.
     `bandwidth_sharing` (any form) overrides simulation.bandwidth_sharing: False prices every call as
-    if it ran alone, for an ablation.
+    if it ran alone, for an ablation. `progress(phase, done, total)`, if given, is called every few thousand
+    tasks ('building graph', then 'simulating'); without it nothing is reported.
     """
     wall0 = time.perf_counter()
     if job is None:
-        data: dict[str, Any] = {"model": {}, "cluster": {}, "strategy": dict(strategy or {}), "simulation": {}}
-        if model is not None:
-            data["model"]["name"] = model
-        if cluster is not None:
-            data["cluster"]["name"] = cluster
-        for k, v in options.items():
-            section = ("cluster" if k == "nodes" else "simulation" if k in ("dtype", "gamma", "exact", "granularity",
-                                                                          "calibration", "bandwidth_sharing")
-                       else "model")
-            data[section]["nodes" if k == "nodes" else k] = v
-        job = parse_job(data)
-    elif isinstance(job, dict):
-        job = parse_job(job)
+        job = parse_job(_job_from_keywords(model, cluster, strategy, options))
+    else:
+        given = [k for k, v in (("model", model), ("cluster", cluster), ("strategy", strategy)) if v is not None]
+        given += list(options)
+        if given:
+            raise ConfigError(given[0], "is ignored when a job is passed", "put it into the job, or pass keywords only")
+        if isinstance(job, dict):
+            job = parse_job(job)
+        elif not isinstance(job, JobConfig):
+            raise ConfigError("job", f"must be a JobConfig or a dict of model/cluster/strategy/simulation sections, "
+                              f"not {type(job).__name__}", "or use keywords: simulate(model='gpt2', cluster='dgx-a100')")
+    if bandwidth_sharing is not None and not isinstance(bandwidth_sharing, bool):
+        raise ConfigError("bandwidth_sharing", f"must be True or False, not {bandwidth_sharing!r}", "")
     if bandwidth_sharing is not None:
         job = job.model_copy(update={"simulation": job.simulation.model_copy(
             update={"bandwidth_sharing": bool(bandwidth_sharing)})})
@@ -216,7 +250,50 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | None
         cl = _cluster(job)
         spec = _spec(job, cl.world_size)
         tree = build_strategy(_job_model(job, spec.micro_batch * spec.dp), spec)
-    return _run_tree(tree, cl, job.simulation, spec, wall0)
+    return _run_tree(tree, cl, job.simulation, spec, wall0, progress)
+
+
+_SECTIONS: dict[str, type[ModelSpec | ClusterSpec | StrategySpec | SimulationSpec]] = {
+    "model": ModelSpec, "cluster": ClusterSpec, "strategy": StrategySpec, "simulation": SimulationSpec}
+
+
+def keyword_sections() -> dict[str, str]:
+    """simulate() keyword -> its JobConfig section, read off the pydantic models' fields (a key two sections
+    share, i.e. `name`, is left out: model= and cluster= give the names)."""
+    seen: dict[str, list[str]] = {}
+    for section, spec in _SECTIONS.items():
+        for key in spec.model_fields:
+            seen.setdefault(key, []).append(section)
+    return {k: v[0] for k, v in seen.items() if len(v) == 1}
+
+
+def _job_from_keywords(model: Any, cluster: Any, strategy: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The nested job dict `simulate`'s keywords describe; wrong types and unknown keywords are ConfigErrors."""
+    data: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
+    for section, value, what in (("model", model, "a model name"), ("cluster", cluster, "a cluster preset name"),
+                                 ("strategy", strategy, None)):
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            data[section].update(value)
+        elif isinstance(value, str) and what is not None:
+            data[section]["name"] = value
+        else:
+            example = "{'tp': 8, 'pp': 2}" if section == "strategy" else "{'name': ...}"
+            raise ConfigError(section, f"must be {what + ' or ' if what else ''}a dict of {section} keys, not "
+                              f"{type(value).__name__} {value!r}"[:160], f"e.g. {section}={example}")
+    routes = keyword_sections()
+    for key, value in options.items():
+        section = routes.get(key)
+        if section is None:
+            close = difflib.get_close_matches(key, [*routes, "job", "model", "cluster", "strategy"], n=3)
+            raise ConfigError(key, "is not a simulate() keyword",
+                              f"did you mean {' or '.join(close)}?" if close else
+                              "use the keys of the model/cluster/strategy/simulation sections (help(trainsim.simulate))")
+        if key in data[section]:
+            raise ConfigError(f"{section}.{key}", f"given twice (as {key}= and inside {section}=)", "pass it once")
+        data[section][key] = os.fspath(value) if isinstance(value, os.PathLike) else value
+    return data
 
 
 def strategy_tree(job: JobConfig | dict[str, Any]) -> StrategyTree:
@@ -229,12 +306,18 @@ def strategy_tree(job: JobConfig | dict[str, Any]) -> StrategyTree:
 
 
 def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int | None = None,
-                  **simulation: Any) -> SimulationResult:
+                  progress: ProgressFn | None = None, **simulation: Any) -> SimulationResult:
     """Simulate a strategy tree written with the primitives (`StrategyTree.from_model(...)`) on a cluster
     preset; `nodes` defaults to what the tree's mesh needs (a mesh smaller than a node uses part of one),
     `simulation` takes the simulation keys
     (dtype, gamma, exact, granularity, bandwidth_sharing, comm_model, ...)."""
     wall0 = time.perf_counter()
+    if not isinstance(tree, StrategyTree):
+        raise ConfigError("tree", f"must be a StrategyTree, not {type(tree).__name__}",
+                          "build one with StrategyTree.from_model(...), or call simulate() for a job")
+    if not isinstance(cluster, str):
+        raise ConfigError("cluster", f"must be a cluster preset name, not {type(cluster).__name__}",
+                          f"use one of {', '.join(sorted(CLUSTERS))}")
     base = preset_cluster(cluster)
     world = tree.mesh.world_size
     if nodes is None:
@@ -244,7 +327,7 @@ def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int |
         spec["gpus_per_node"] = world  # part of one node
     job = parse_job({"cluster": spec, "simulation": simulation})
     cl = _cluster(job)
-    return _run_tree(tree, cl, job.simulation, _spec_of_tree(tree), wall0)
+    return _run_tree(tree, cl, job.simulation, _spec_of_tree(tree), wall0, progress)
 
 
 def _job_model(job: JobConfig, batch: int) -> Model:
@@ -252,6 +335,9 @@ def _job_model(job: JobConfig, batch: int) -> Model:
     m = job.model
     dims = {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads, "ffn": m.ffn,
             "vocab": m.vocab}
+    if "attention" in m.model_fields_set and m.hf_config is None and not is_transformer(m.name) \
+            and m.name in model_names():
+        raise ConfigError("model.attention", f"{m.name} has no attention layers", "drop --attention for this model")
     if m.hf_config is not None:
         if "name" in m.model_fields_set:
             raise ConfigError("model.name", f"and model.hf_config both name the model ('{m.name}' and "
@@ -268,7 +354,7 @@ def _tree_from_file(job: JobConfig) -> StrategyTree:
         raise ConfigError(f"strategy.{extra[0]}", "a strategy tree file replaces the other strategy keys",
                           "edit the tree file, or drop strategy.tree")
     path = Path(str(s.tree))
-    data = load_yaml(path)
+    data = load_yaml(path, "strategy.tree")
     mesh = data.get("mesh") if isinstance(data.get("mesh"), dict) else {}
     try:
         replicas = int(mesh.get("dp", 1)) * int(mesh.get("ep", 1))
@@ -296,16 +382,41 @@ def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
                         offload=tree.offload)
 
 
+def check_work(tree: StrategyTree, sim: SimulationSpec) -> WorkEstimate:
+    """The job's predicted execution-graph size (compile.graph.predict_tasks, O(layers)); a ConfigError naming
+    what to lower when it is above MAX_PREDICTED_TASKS (about 3 GiB and a minute)."""
+    est = predict_tasks(tree, exact=sim.exact, granularity=sim.granularity)
+    if est.tasks <= MAX_PREDICTED_TASKS:
+        return est
+    problem = (f"the job would build ~{est.tasks:,} tasks (~{est.tasks * BYTES_PER_TASK / 2**30:,.1f} GiB), above "
+               f"the limit of {MAX_PREDICTED_TASKS:,}")
+    if sim.exact and predict_tasks(tree, granularity=sim.granularity).tasks <= MAX_PREDICTED_TASKS:
+        raise ConfigError("simulation.exact", f"per-rank simulation of {tree.mesh.world_size:,} GPUs: {problem}",
+                          "drop --exact: rank classes give the same answer")
+    if sim.granularity != "auto" and predict_tasks(tree, exact=sim.exact).tasks <= MAX_PREDICTED_TASKS:
+        raise ConfigError("simulation.granularity", f"{sim.granularity} granularity: {problem}",
+                          "use --granularity auto")
+    fit = (MAX_PREDICTED_TASKS - est.fixed) // max(1, est.per_micro_batch)
+    if est.micro_batches > 1 and fit >= 1:
+        raise ConfigError("strategy.global_batch", f"{est.micro_batches:,} micro-batches: {problem}",
+                          f"lower --global-batch or raise --micro-batch to at most {fit:,} micro-batches "
+                          f"(global batch / (micro-batch x dp))")
+    raise ConfigError("model.layers", f"{len(tree.leaves()):,} layers: {problem} for one micro-batch",
+                      "use fewer --layers" + (" or drop --exact" if sim.exact else "")
+                      + (" or --granularity auto" if sim.granularity != "auto" else ""))
+
+
 def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
-              wall0: float) -> SimulationResult:
+              wall0: float, progress: ProgressFn | None = None) -> SimulationResult:
     """Compile, cost and simulate one strategy tree on a cluster (the one path every job takes)."""
     if tree.mesh.world_size != cl.world_size:
         raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
-    if sim.exact and cl.world_size > EXACT_MODE_MAX_RANKS:
-        raise ConfigError("simulation.exact", f"per-rank simulation of {cl.world_size} GPUs would build millions of "
-                          f"tasks (limit {EXACT_MODE_MAX_RANKS})", "drop --exact: rank classes give the same answer")
+    predicted = check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
     mdl = tree.model
+    if sim.dtype != "auto" and not cl.device.supports(sim.dtype):
+        raise ConfigError("simulation.dtype", f"{cl.device.name} does not support {sim.dtype}",
+                          f"use one of {', '.join(cl.device.dtypes)} or auto ({cl.device.training_dtype})")
     precision = Precision.named(cl.device.training_dtype if sim.dtype == "auto" else sim.dtype)
     try:
         peak = cl.device.peak_flops(precision.compute_dtype)
@@ -329,9 +440,11 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
     capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
     graph = build_graph(program, exact=sim.exact, granularity=sim.granularity,
                         optimizer_s=opt_s,
-                        static_bytes={r: s.total_bytes for r, s in statics.items()}, flows=flows)
+                        static_bytes={r: s.total_bytes for r, s in statics.items()}, flows=flows,
+                        progress=(lambda k: progress("building graph", k, predicted)) if progress else None)
     gamma = cal.gamma if sim.gamma is None else sim.gamma
-    trace = run(graph, gamma=gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=sharing)
+    trace = run(graph, gamma=gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=sharing,
+                progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
     iteration = max(trace.end_s) if len(graph) else 0.0
     per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
     weights = [rc.multiplicity for rc in graph.classes]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,22 +16,32 @@ from rich.console import Console
 from rich.table import Table
 
 from .cli_chakra import chakra_app
-from .config import DEFAULT_JOB, dump_yaml, load_yaml, merge, parse_job
+from .config import DEFAULT_JOB_TEXT, LayeredJob, apply_flags, describe_flags, dump_yaml, load_yaml, parse_job
 from .errors import ConfigError
+from .files import Outputs, OutputTarget, Payload, json_text, write_outputs
+from .limits import MAX_COLLECTIVE_CHUNKS, MAX_GPUS, PROGRESS_MIN_TASKS
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+# rich_markup_mode=None: click's plain help, which keeps every option name whole at 80 columns (rich cuts them)
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Predict distributed training performance before paying for the GPUs.")
 
 Opt = typer.Option
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    try:
-        tmp = path.with_name(path.name + ".part")
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as exc:
-        raise ConfigError(str(path), f"cannot write: {exc.strerror}", "choose a writable path") from None
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"trainsim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def _main(ctx: typer.Context, version: Annotated[bool, Opt("--version", callback=_version, is_eager=True,
+                                                           help="print the version and exit")] = False) -> None:
+    """Predict distributed training performance before paying for the GPUs."""
+    if ctx.invoked_subcommand is None:  # bare `trainsim`: the commands, not an error
+        print(ctx.get_help())
 
 
 @app.command()
@@ -97,18 +110,21 @@ def simulate(
                                                   help="concurrent communication shares links (max-min fair)")] = None,
     granularity: Annotated[str | None, Opt(help="auto | layer | op (task granularity)")] = None,
     calibration: Annotated[Path | None, Opt(help="calibration YAML from `trainsim calibrate`")] = None,
-    json_out: Annotated[Path | None, Opt("--json", help="write the result summary as JSON")] = None,
-    trace: Annotated[Path | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
-    dump_config: Annotated[Path | None, Opt(help="write the resolved job as YAML")] = None,
+    json_out: Annotated[str | None, Opt("--json", help="write the result summary as JSON (- for stdout)")] = None,
+    trace: Annotated[str | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
+    dump_config: Annotated[str | None, Opt(help="write the resolved job as YAML")] = None,
     strategy_tree: Annotated[Path | None, Opt("--strategy-tree", help="simulate a saved strategy tree (YAML from "
                                               "--dump-strategy or StrategyTree.to_yaml) instead of the "
                                               "strategy flags")] = None,
-    dump_strategy: Annotated[Path | None, Opt("--dump-strategy", help="write the job's resolved strategy tree "
+    dump_strategy: Annotated[str | None, Opt("--dump-strategy", help="write the job's resolved strategy tree "
                                               "(every op's split, memory configs, pipeline chunks) as YAML, "
                                               "to edit and run with --strategy-tree")] = None,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="no summary on stdout")] = False,
 ) -> None:
     """Predict one training iteration (no arguments: GPT-3 175B on 1024 A100-80GB, Megatron 3D parallel)."""
+    outs = Outputs()  # every output path is checked before any work is done
+    json_target, trace_target = outs.add(json_out, "--json"), outs.add(trace, "--trace")
+    strategy_target, config_target = outs.add(dump_strategy, "--dump-strategy"), outs.add(dump_config, "--dump-config")
     flags: dict[str, Any] = {
         "model": {"name": model, "hf_config": str(hf_config) if hf_config is not None else None, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
                   "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "attention": attention},
@@ -128,39 +144,27 @@ def simulate(
                        "calibration": str(calibration) if calibration else None, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing},
     }
-    job_flags = any(v is not None for sec in ("model", "cluster", "strategy") for v in flags[sec].values())
     if model is not None and hf_config is not None:
         raise ConfigError("--hf-config", "and --model both name the model", "pass only one of them")
-    if config is not None:
-        base = load_yaml(config)
-        if (model is not None or hf_config is not None) and isinstance(base.get("model"), dict):
-            # a model flag replaces the file's model, whichever way the file names it
-            base = {**base, "model": {k: v for k, v in base["model"].items() if k not in ("name", "hf_config")}}
-    elif job_flags:
-        base = {}
-    else:
-        base = DEFAULT_JOB
-    job = parse_job(merge(base, flags))
+    layered = apply_flags(load_yaml(config) if config is not None else None, flags)
+    job = parse_job(layered.data)
     from .api import preset_cluster
     from .api import simulate as run_simulation
-    from .report.chrome_trace import write_chrome_trace
+    from .report.chrome_trace import chrome_trace_json
     from .report.summary import print_summary
 
-    result = run_simulation(job)
-    if not quiet:
-        print_summary(result)
-    if json_out is not None:
-        _write_atomic(json_out, json.dumps(result.to_json(), indent=2))
-    if trace is not None:
-        try:
-            write_chrome_trace(result, trace)
-        except OSError as exc:
-            raise ConfigError("--trace", f"cannot write {trace}: {exc.strerror}", "choose a writable path") from None
-    if dump_strategy is not None:
+    with _ProgressBar() as bar:
+        result = run_simulation(job, progress=bar)
+    payloads: dict[OutputTarget | None, Payload] = {}
+    if json_target is not None:
+        payloads[json_target] = json_text(result.to_json(), "--json")
+    if trace_target is not None:
+        payloads[trace_target] = chrome_trace_json(result)
+    if strategy_target is not None:
         from .api import strategy_tree as job_tree
 
-        _write_atomic(dump_strategy, job_tree(job).to_yaml())
-    if dump_config is not None:
+        payloads[strategy_target] = job_tree(job).to_yaml()
+    if config_target is not None:
         s = result.strategy
         resolved = job.model_copy(deep=True)
         if resolved.strategy.tree is None:
@@ -172,15 +176,18 @@ def simulate(
             resolved.model.hf_config = str(Path(resolved.model.hf_config).resolve())
         if job.cluster.topology is None:
             resolved.cluster.nodes = result.n_gpus // max(1, preset_cluster(job.cluster.name).gpus_per_node)
-        _write_atomic(dump_config, dump_yaml(resolved))
+        payloads[config_target] = dump_yaml(resolved)
+    if not quiet and not outs.to_stdout:
+        print_summary(result, job=_job_line(config, layered, flags))
+    write_outputs(payloads)
 
 
 @app.command()
 def validate(
     cases: Annotated[Path, typer.Argument(help="CSV of measured runs: training_runs.csv, vTrain ground_truth_*.csv "
                                           "or collectives.csv format (see shared/validation/README.md)")],
-    json_out: Annotated[Path | None, Opt("--json", help="write summary, rows and skipped rows as JSON")] = None,
-    plot: Annotated[Path | None, Opt(help="write a predicted-vs-measured scatter (PNG; needs trainsim[plot])")] = None,
+    json_out: Annotated[str | None, Opt("--json", help="write summary, rows and skipped rows as JSON")] = None,
+    plot: Annotated[str | None, Opt(help="write a predicted-vs-measured scatter (PNG; needs trainsim[plot])")] = None,
     max_mape: Annotated[float | None, Opt(help="exit 1 when the mean absolute % error exceeds this")] = None,
     tier: Annotated[str | None, Opt(help="only these tiers, e.g. A,B (training_runs format)")] = None,
     subset: Annotated[str | None, Opt(help="only these subsets, e.g. core (training_runs format)")] = None,
@@ -192,11 +199,17 @@ def validate(
     """Compare predictions with published measurements, row by row, and summarise the error."""
     from rich.progress import Progress
 
-    from .validate.report import plot_validation, print_validation
+    from .validate.report import plot_validation, print_validation, require_matplotlib
     from .validate.runner import default_jobs, detect_kind, filter_rows, read_rows, run_rows
 
-    if max_mape is not None and max_mape < 0:
-        raise ConfigError("--max-mape", "must be >= 0", "pass a percentage such as 7")
+    outs = Outputs()
+    json_target, plot_target = outs.add(json_out, "--json"), outs.add(plot, "--plot")
+    if plot_target is not None:
+        require_matplotlib()  # before simulating every row, not after
+
+    if max_mape is not None and not 0 <= max_mape < math.inf:
+        raise ConfigError("--max-mape", f"must be a finite percentage >= 0, got {max_mape}", "pass e.g. 7")
+    _check_jobs(jobs)
     if calibration is not None:
         from .cost.calibration import load_calibration
 
@@ -211,10 +224,12 @@ def validate(
     with Progress(transient=True, disable=quiet) as bar:
         task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
         report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx)
-    if json_out is not None:
-        _write_atomic(json_out, json.dumps(report.to_json(), indent=2))
-    if plot is not None:
-        plot_validation(report, plot)
+    payloads: dict[OutputTarget | None, Payload] = {}
+    if json_target is not None:
+        payloads[json_target] = json_text(report.to_json(), "--json")
+    if plot_target is not None:
+        payloads[plot_target] = plot_validation(report)
+    write_outputs(payloads)
     s = report.summary()
     if quiet:
         print(f"{kind}: n={s['n']} skipped={s['skipped']} mape={s['mape']:.2f}% median={s['median_ape']:.2f}% "
@@ -231,7 +246,7 @@ def calibrate(
     measurements: Annotated[list[Path], typer.Argument(help="CSV files: end-to-end runs (training_runs.csv or vTrain "
                                                        "format) and/or kernel measurements (gemm/attention/memory "
                                                        "CSVs as in trainsim/data/measurements)")],
-    out: Annotated[Path, Opt(help="where to write the fitted calibration YAML")],
+    out: Annotated[str, Opt(help="where to write the fitted calibration YAML")],
     family: Annotated[str, Opt(help="device family the constants belong to (a100, h100, v100, ...)")] = "a100",
     fit_params: Annotated[str, Opt("--fit", help="comma-separated constants fitted to end-to-end runs")] =
         "gemm_peak_fraction,hbm_efficiency,host_overhead_s,collective_host_s",
@@ -241,13 +256,23 @@ def calibrate(
     jobs: Annotated[int | None, Opt(help="worker processes")] = None,
 ) -> None:
     """Re-fit trainsim's constants to your own measurements and write a calibration file."""
-    from .cost.calibration import dump_calibration, load_calibration
-    from .validate.calibrate import Dataset, fit, fit_kernels
+    from .cost.calibration import device_family, dump_calibration, load_calibration
+    from .hardware.devices import DEVICES
+    from .validate.calibrate import BOUNDS, Dataset, fit, fit_kernels
     from .validate.runner import default_jobs, detect_kind, read_rows
 
-    if every < 1 or sweeps < 1:
-        raise ConfigError("--every/--sweeps", "must be >= 1", "pass a positive integer")
+    for flag, value in (("--every", every), ("--sweeps", sweeps)):
+        if value < 1:
+            raise ConfigError(flag, f"must be >= 1, got {value}", "pass a positive integer")
+    _check_jobs(jobs)
+    out_target = Outputs().add(out, "--out")
     cal = load_calibration(calibration)
+    families = sorted({device_family(d) for d in DEVICES.values()} | set(cal.compute))
+    if family not in families:  # checked before a long fit, not after
+        raise ConfigError("--family", f"'{family}' is not a device family", f"use one of {', '.join(families)}")
+    for name in (n.strip() for n in fit_params.split(",") if n.strip()):
+        if name not in BOUNDS:
+            raise ConfigError("--fit", f"'{name}' cannot be fitted", f"choose from {', '.join(BOUNDS)}")
     datasets, kernel_files = [], []
     for path in measurements:
         header, rows = read_rows(path)
@@ -272,17 +297,75 @@ def calibrate(
                   progress=lambda msg: con.print(msg))
         cal = res.calibration
         con.print(f"mean |log error| {res.loss_before:.4f} -> {res.loss_after:.4f}")
-    _write_atomic(out, dump_calibration(cal))
+    write_outputs({out_target: dump_calibration(cal)})
     con.print(f"wrote {out}; use it with --calibration {out}")
+
+
+def _job_line(config: Path | None, layered: LayeredJob, flags: dict[str, Any]) -> str:
+    """Where the job came from, for the summary: the default or the file, the flags on top, what they dropped."""
+    line = f"the default job ({DEFAULT_JOB_TEXT})" if layered.from_default else str(config)
+    given = describe_flags(flags)
+    line += f" with {given}" if given else ""
+    notes = ([f"{config} sets no model/cluster/strategy"] if layered.from_default and config is not None else []) \
+        + layered.notes
+    if notes:
+        line += " (" + "; ".join(notes) + ")"
+    if layered.from_default and not given:
+        line += "; flags such as --model, --nodes, --tp change it"
+    return line
+
+
+def _check_jobs(jobs: int | None) -> None:
+    if jobs is not None and jobs < 1:
+        raise ConfigError("--jobs", f"must be >= 1, got {jobs}", "pass a worker count, or leave it out for the default")
+
+
+class _ProgressBar:
+    """api.simulate's progress callback: a transient rich bar on stderr (a terminal only) for jobs predicted to
+    build at least PROGRESS_MIN_TASKS tasks (a few seconds); nothing for smaller ones."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        self._phase = ""
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if self._bar is None:
+            if total < PROGRESS_MIN_TASKS:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                return
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("tasks"), TimeElapsedColumn(), console=console, transient=True)
+            self._bar.start()
+        if self._task is None:
+            self._task = self._bar.add_task(phase, total=total)
+        elif phase != self._phase:
+            self._bar.reset(self._task, total=total, description=phase)
+        self._phase = phase
+        self._bar.update(self._task, completed=min(done, total), total=total)
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 def _floats(text: str | None, flag: str) -> list[float] | None:
     if text is None:
         return None
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(flag, f"'{text}' is not a comma list of numbers", f"write e.g. {flag} 1000,200,100,50") from None
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigError(flag, f"'{text}' holds a value that is not a finite number", f"write e.g. {flag} 1000,200")
+    return values
 
 
 @app.command()
@@ -301,7 +384,8 @@ def collective(
     bandwidth_unit: Annotated[str, Opt(help="GB (1e9 B/s) or GiB (2^30 B/s, what ASTRA-sim's configs mean by "
                                             "GB/s)")] = "GB",
     scheduler: Annotated[str, Opt(help="baseline | themis (analytical model)")] = "baseline",
-    chunks: Annotated[int, Opt(help="chunks the collective is split into for pipelining (analytical model)")] = 64,
+    chunks: Annotated[int | None, Opt(help="chunks the collective is split into for pipelining (analytical model; "
+                                           "default 64)")] = None,
     algorithms: Annotated[str | None, Opt(help="per-dimension algorithm override: ring, direct, halving_doubling, "
                                           "double_binary_tree, in_switch (switch only), e.g. ring,direct,in_switch")
                           ] = None,
@@ -309,10 +393,12 @@ def collective(
     ranks: Annotated[int | None, Opt(help="with --cluster: how many GPUs take part (the first N)")] = None,
     comm_model: Annotated[str | None, Opt("--model", help="nccl (default with --cluster) or analytical (default "
                                          "with --topology)")] = None,
-    peer: Annotated[int, Opt(help="send_recv: the receiving rank (the sender is rank 0)")] = 1,
-    json_out: Annotated[Path | None, Opt("--json", help="write time_us, algbw_gbps, busbw_gbps, per_dim")] = None,
+    peer: Annotated[int | None, Opt(help="send_recv: the receiving rank, 1..N-1 (the sender is rank 0; default 1)")]
+        = None,
+    json_out: Annotated[str | None, Opt("--json", help="write time_us, algbw_gbps, busbw_gbps, per_dim")] = None,
 ) -> None:
     """Time one collective on a topology or cluster (nccl-tests style): time, algbw, busbw, per dimension."""
+    json_target = Outputs().add(json_out, "--json")
     from .cost.microbench import analytical_collective, nccl_collective, parse_bytes
     from .cost.multidim import COLLECTIVES, SCHEDULERS
     from .hardware.cluster import get_cluster
@@ -329,8 +415,27 @@ def collective(
                           "e.g. --topology 'Ring(4)_Switch(8)' --bandwidth 200,50 --latency 500,500")
     if comm_model not in (None, "nccl", "analytical"):
         raise ConfigError("--model", f"'{comm_model}' is unknown", "use nccl or analytical")
+    if op != "send_recv" and peer is not None:
+        raise ConfigError("--peer", f"only applies to --op send_recv, not {op}", "drop --peer")
+    peer = 1 if peer is None else peer
+    model = comm_model or ("nccl" if cluster else "analytical")
+    if model == "nccl":
+        ignored = [flag for flag, value in (("--bandwidth", bandwidth), ("--latency", latency),
+                                            ("--algorithms", algorithms), ("--chunks", chunks)) if value is not None]
+        if scheduler != "baseline":
+            ignored.append("--scheduler")
+        if ignored:
+            raise ConfigError(ignored[0], "only applies to the analytical model (--topology or --model analytical); "
+                              "the NCCL-like model takes the cluster's links and NCCL's own algorithm and chunking",
+                              f"drop {ignored[0]}, or add --model analytical")
+    chunks = 64 if chunks is None else chunks
     if chunks < 1:
         raise ConfigError("--chunks", f"{chunks} is not a chunk count", "use 1 or more")
+    if chunks > MAX_COLLECTIVE_CHUNKS:
+        raise ConfigError("--chunks", f"{chunks:,} chunks is above the limit of {MAX_COLLECTIVE_CHUNKS:,}",
+                          "use fewer (ASTRA-sim pipelines a collective in tens of chunks; the default is 64)")
+    if ranks is not None and ranks > MAX_GPUS:
+        raise ConfigError("--ranks", f"{ranks:,} ranks is above the limit of {MAX_GPUS:,}", f"use at most {MAX_GPUS:,}")
     try:
         size_bytes = parse_bytes(size)
     except ValueError as exc:
@@ -339,7 +444,6 @@ def collective(
     if bw is not None and bandwidth_unit.lower() == "gib":
         bw = [b * GIB_PER_S_IN_GBPS for b in bw]
     lat = _floats(latency, "--latency")
-    model = comm_model or ("nccl" if cluster else "analytical")
     if model == "nccl":
         if cluster is None or ranks is None:
             raise ConfigError("--model", "the NCCL-like model needs --cluster NAME --ranks N",
@@ -352,9 +456,12 @@ def collective(
             cl = base.with_nodes(nodes) if base.has_network else base
         except (KeyError, ValueError) as exc:
             raise ConfigError("--cluster", str(exc).strip("'\""), "see `trainsim clusters`") from None
-        if ranks > cl.world_size or not 0 <= peer < cl.world_size:
-            raise ConfigError("--ranks", f"{ranks} ranks (peer {peer}) do not fit {cl.world_size} GPUs of {cluster}",
+        if ranks > cl.world_size:
+            raise ConfigError("--ranks", f"{ranks} ranks do not fit {cl.world_size} GPUs of {cluster}",
                               f"use at most {cl.world_size}")
+        if op == "send_recv" and not 1 <= peer < ranks:
+            raise ConfigError("--peer", f"rank {peer} is not a receiver among the {ranks} ranks (rank 0 sends)",
+                              f"pick 1..{ranks - 1}")
         report = nccl_collective(op, size_bytes, cl, ranks, peer=peer)
     else:
         try:
@@ -369,15 +476,16 @@ def collective(
                                   "give one per dimension, innermost first")
             algos = {i: a for i, a in enumerate(names) if a}
         npus = math.prod(lv.size for lv in levels)
-        if op == "send_recv" and not 0 <= peer < npus:
-            raise ConfigError("--peer", f"rank {peer} is outside the {npus} NPUs", f"pick 1..{npus - 1}")
+        if op == "send_recv" and not 1 <= peer < npus:
+            raise ConfigError("--peer", f"rank {peer} is not a receiver among the {npus} NPUs (rank 0 sends)",
+                              f"pick 1..{npus - 1}")
         try:
             report = analytical_collective(op, size_bytes, levels, scheduler, chunks, algos, peer=peer)
         except ValueError as exc:
             raise ConfigError("--algorithms", str(exc), "") from None
-    _print_collective(report)
-    if json_out is not None:
-        _write_atomic(json_out, json.dumps(report.as_dict(), indent=2) + "\n")
+    if json_target is None or not json_target.to_stdout:
+        _print_collective(report)
+    write_outputs({json_target: json_text(report.as_dict(), "--json")})
 
 
 def _print_collective(report: Any) -> None:
@@ -388,7 +496,7 @@ def _print_collective(report: Any) -> None:
     con.print(f"time {r.time_s * 1e6:,.2f} us   algbw {r.algbw_gbps:,.2f} GB/s   busbw {r.busbw_gbps:,.2f} GB/s")
     t = Table(title="Per dimension (bytes each NPU sends there; time the dimension is busy)")
     for col in ("dim", "block", "size", "algorithm", "MB sent", "busy us", "GB/s", "latency ns"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=col == "algorithm")  # whole algorithm names at 80 columns
     for d in r.per_dim:
         t.add_row(str(d.index + 1), d.kind, str(d.size), d.algorithm, f"{d.bytes_sent / 2**20:,.2f}",
                   f"{d.busy_s * 1e6:,.2f}", f"{d.bandwidth_gbps:g}", f"{d.latency_s * 1e9:g}")
@@ -414,13 +522,17 @@ def clusters() -> None:
     from .hardware.cluster import CLUSTERS
     from .hardware.topology import GIB_PER_S_IN_GBPS, TOPOLOGY_PRESETS, cluster_topology
 
-    t = Table(title="Built-in clusters (per-GPU bandwidth; --nodes N scales the network level)")
+    con = Console()
+    narrow = con.width < 140  # tables of one-word cells below this: one entry per cluster instead
+    title = "Built-in clusters (per-GPU bandwidth; --nodes N scales the network level)"
+    t = Table(title=title)
     t.add_column("name", no_wrap=True)
     t.add_column("GPU")
     t.add_column("GPUs/node")
     t.add_column("topology (2 nodes)", no_wrap=True)
     for col in ("levels (bandwidth GB/s, latency us)", "NICs"):
         t.add_column(col)
+    entries: list[tuple[str, list[str]]] = []
     for name, factory in CLUSTERS.items():
         c = factory(1)
         levels = ", ".join(f"{lv.name} x{lv.size} {lv.bandwidth_gbps:g} GB/s {lv.latency_s * 1e6:g} us"
@@ -428,15 +540,37 @@ def clusters() -> None:
         nic = f"{c.nics_per_node} x {c.nic_gbps:g} GB/s" if c.nic_gbps else "none"
         topo = cluster_topology(factory(2) if c.has_network else c)
         t.add_row(name, c.device.name, str(c.gpus_per_node), topo, levels, nic)
-    Console().print(t)
-    p = Table(title="Named topologies (--topology NAME; bandwidth GB/s per NPU per dimension)")
+        entries.append((name, [f"{c.gpus_per_node}x {c.device.name} per node, NICs {nic}, {topo}"
+                               + (" at 2 nodes" if c.has_network else " (one box)"),
+                               f"levels: {levels}"]))
+    _print_listing(con, title, t, entries, narrow)
+    title = "Named topologies (--topology NAME; bandwidth GB/s per NPU per dimension)"
+    p = Table(title=title)
     p.add_column("name", no_wrap=True)
     for col in ("topology", "GB/s (ASTRA-sim GiB/s)", "latency ns", "description"):
         p.add_column(col)
+    entries = []
     for pre in TOPOLOGY_PRESETS.values():
-        p.add_row(pre.name, pre.spec, ", ".join(f"{b:.4g} ({b / GIB_PER_S_IN_GBPS:.4g})" for b in pre.bandwidths_gbps),
-                  ", ".join(f"{x:g}" for x in pre.latencies_ns), pre.description)
-    Console().print(p)
+        bw = ", ".join(f"{b:.4g} ({b / GIB_PER_S_IN_GBPS:.4g})" for b in pre.bandwidths_gbps)
+        lat = ", ".join(f"{x:g}" for x in pre.latencies_ns)
+        p.add_row(pre.name, pre.spec, bw, lat, pre.description)
+        entries.append((pre.name, [pre.spec, f"GB/s (ASTRA-sim GiB/s): {bw}; latency ns: {lat}", pre.description]))
+    _print_listing(con, title, p, entries, narrow)
+
+
+def _print_listing(con: Console, title: str, table: Table, entries: list[tuple[str, list[str]]],
+                   narrow: bool) -> None:
+    """The table, or on a narrow console each entry as its name and indented lines (no one-word cells)."""
+    if not narrow:
+        con.print(table)
+        return
+    from rich.padding import Padding
+
+    con.print(f"[bold]{title}[/]", highlight=False)
+    for name, lines in entries:
+        con.print(f"[bold]{name}[/]: {lines[0]}", markup=True, highlight=False)
+        for line in lines[1:]:
+            con.print(Padding(line, (0, 0, 0, 2), expand=False), markup=False, highlight=False)
 
 
 app.add_typer(chakra_app, name="chakra")
@@ -444,6 +578,26 @@ app.add_typer(chakra_app, name="chakra")
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input is one line on stderr and exit code 2, never a traceback."""
+    with _terminate_cleanly():
+        _main(argv)
+
+
+@contextlib.contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """SIGTERM (a `timeout`, a job scheduler) ends the run like Ctrl-C: half-written outputs are removed."""
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main_thread else None
+    try:
+        yield
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> None:
     from .sim.engine import SimulationError
 
     try:
@@ -458,10 +612,24 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # usage errors (bad flag, wrong type) arrive here in non-standalone mode
-        if hasattr(exc, "format_message") and getattr(exc, "exit_code", 0) == 2:
-            print(f"error: {exc.format_message()}", file=sys.stderr)
+    except MemoryError:  # the work bounds should refuse such jobs first; this is the last line of defence
+        print("error: out of memory: the job is too large for this machine; lower its size (layers, batch, "
+              "GPUs) or drop --exact", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:  # e.g. `trainsim clusters | head -1`
+        sys.stderr.close()
+        sys.exit(0)
+    except Exception as exc:  # click's (typer's vendored click's) exceptions, matched by shape not by import
+        name = type(exc).__name__
+        if name == "NoArgsIsHelpError":  # `trainsim chakra`: the group's help, not an error
+            ctx = getattr(exc, "ctx", None)
+            print(ctx.get_help() if ctx is not None else exc.format_message())  # type: ignore[attr-defined]
+            sys.exit(0)
+        if hasattr(exc, "format_message") and getattr(exc, "exit_code", 0) == 2:  # usage: bad flag, wrong type
+            print(f"error: {' '.join(exc.format_message().split())}", file=sys.stderr)
             sys.exit(2)
-        if type(exc).__name__ == "Abort":
+        if name == "Abort":
             sys.exit(130)
         raise

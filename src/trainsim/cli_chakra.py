@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .config import DEFAULT_JOB, load_yaml, merge, parse_job
+from .config import apply_flags, load_yaml, parse_job
 from .errors import ConfigError
+from .files import Outputs, check_file_prefix, check_output_dir, json_text, write_outputs
 
-chakra_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+chakra_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                          help="Chakra execution traces (ASTRA-sim 2.0 workloads): export a job, run a trace.")
 
 Opt = typer.Option
@@ -61,6 +61,10 @@ def export(
                                     "into COMP nodes)")] = "op",
 ) -> None:
     """Write a job's execution graph as Chakra ET, one file per rank, for ASTRA-sim."""
+    check_output_dir(out, "--out")  # before simulating: a bad --out or --prefix fails at once
+    if prefix is not None:
+        check_file_prefix(prefix, "--prefix")
+    wanted_ranks = parse_ranks(ranks)
     flags: dict[str, Any] = {
         "model": {"name": model, "seq_len": seq_len, "layers": layers},
         "cluster": {"name": cluster, "nodes": nodes},
@@ -69,18 +73,24 @@ def export(
                      "global_batch": global_batch},
         "simulation": {"dtype": dtype, "granularity": granularity, "bandwidth_sharing": False},
     }
-    job_flags = any(v is not None for sec in ("model", "cluster", "strategy") for v in flags[sec].values())
-    base = load_yaml(config) if config is not None else ({} if job_flags else DEFAULT_JOB)
-    job = parse_job(merge(base, flags))
+    job = parse_job(apply_flags(load_yaml(config) if config is not None else None, flags).data)
     from .api import simulate
     from .trace.chakra import write_chakra
 
     result = simulate(job)
     name = prefix or job.model.name
-    paths = write_chakra(result.graph, out, name, parse_ranks(ranks))
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"writing {name}.<rank>.et", total=None)
+        paths = write_chakra(result.graph, out, name, wanted_ranks,
+                             progress=lambda done, total: bar.update(task, completed=done, total=total))
     n_et = len(paths) - 1
-    print(f"wrote {n_et} Chakra ET files ({name}.<rank>.et, {result.n_gpus} ranks, {len(result.graph)} tasks "
-          f"simulated in {result.iteration_time_s * 1e3:.3f} ms) and {paths[-1].name} to {out}")
+    print(f"wrote {n_et} Chakra ET files ({name}.<rank>.et, {result.n_gpus} ranks, {len(result.graph)} tasks) "
+          f"and {paths[-1].name} to {out}")
+    print(f"simulated iteration time {result.iteration_time_s * 1e3:.3f} ms (simulator wall time "
+          f"{result.simulation_wall_s:.2f} s)")
     print(f"ASTRA-sim: --workload-configuration={out / name} --comm-group-configuration={paths[-1]}")
 
 
@@ -92,27 +102,31 @@ def run(
     durations: Annotated[str, Opt(help="model: price communication and memory with trainsim's models | recorded: "
                                   "keep durations the trace carries")] = "model",
     cpu_ops: Annotated[str, Opt(help="serial: CPU ops run on the compute stream | skip: they are free")] = "serial",
-    dtype: Annotated[str, Opt(help="dtype of the roofline peak for num_ops nodes")] = "bf16",
+    dtype: Annotated[str, Opt(help="dtype of the roofline peak for num_ops nodes (auto: what the GPU trains in; "
+                                   "bf16 | fp16 | fp8 | tf32 | fp32)")] = "auto",
     comm_groups: Annotated[Path | None, Opt(help="ASTRA-sim comm group JSON (default <prefix>.comm_group.json)")]
         = None,
-    json_out: Annotated[Path | None, Opt("--json", help="write iteration time and counts as JSON")] = None,
+    json_out: Annotated[str | None, Opt("--json", help="write iteration time and counts as JSON")] = None,
 ) -> None:
     """Simulate a Chakra ET workload with trainsim's engine and print the iteration time."""
+    json_target = Outputs().add(json_out, "--json")
     from .cost.calibration import load_calibration
+    from .hardware.devices import DTYPES
     from .sim.engine import run as simulate_graph
     from .trace.chakra import load_chakra
 
+    if dtype != "auto" and dtype not in DTYPES:  # refused before any trace is read
+        raise ConfigError("--dtype", f"'{dtype}' is not a dtype", f"use auto or one of {', '.join(DTYPES)}")
+    if nodes is not None and nodes < 1:
+        raise ConfigError("--nodes", f"must be >= 1, got {nodes}", "pass a node count, or leave it out")
     graph = load_chakra(prefix, cluster, nodes=nodes, durations=durations, cpu_ops=cpu_ops, dtype=dtype,
                         comm_groups=comm_groups)
     cal = load_calibration(None)
     trace = simulate_graph(graph, gamma=cal.gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=False)
     iteration = max(trace.end_s, default=0.0)
     counts = {k: graph.kind.count(k) for k in ("compute", "collective", "p2p", "memory")}
-    print(f"{prefix}: {len(graph.classes)} ranks, {len(graph)} tasks "
-          f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); iteration time {iteration * 1e3:.4f} ms")
-    if json_out is not None:
-        data = {"iteration_time_s": iteration, "ranks": len(graph.classes), "tasks": len(graph), **counts}
-        try:
-            json_out.write_text(json.dumps(data, indent=2))
-        except OSError as exc:
-            raise ConfigError("--json", f"cannot write {json_out}: {exc.strerror}", "choose a writable path") from None
+    if json_target is None or not json_target.to_stdout:
+        print(f"{prefix}: {len(graph.classes)} ranks, {len(graph)} tasks "
+              f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); iteration time {iteration * 1e3:.4f} ms")
+    data = {"iteration_time_s": iteration, "ranks": len(graph.classes), "tasks": len(graph), **counts}
+    write_outputs({json_target: json_text(data, "--json")})

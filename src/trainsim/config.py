@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
+from .limits import (
+    MAX_BANDWIDTH_GBPS,
+    MAX_BATCH,
+    MAX_FFN,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LATENCY_NS,
+    MAX_LAYERS,
+    MAX_NICS_PER_NODE,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    MIN_BANDWIDTH_GBPS,
+)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: YAML's `tp: true` or `tp: "8"` is not an integer; no nan/inf in any float field
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):
@@ -20,39 +36,59 @@ class ModelSpec(_Strict):
     hf_config: str | None = Field(None, description="local Hugging Face config.json (or its folder) to import "
                                   "instead of a built-in model; a relative path is taken from the working "
                                   "directory; the other model keys override it")
-    seq_len: int | None = Field(None, ge=1)
-    layers: int | None = Field(None, ge=1)
-    hidden: int | None = Field(None, ge=1)
-    heads: int | None = Field(None, ge=1)
-    kv_heads: int | None = Field(None, ge=1)
-    ffn: int | None = Field(None, ge=1)
-    vocab: int | None = Field(None, ge=1)
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
+    layers: int | None = Field(None, ge=1, le=MAX_LAYERS)
+    hidden: int | None = Field(None, ge=1, le=MAX_HIDDEN)
+    heads: int | None = Field(None, ge=1, le=MAX_HEADS)
+    kv_heads: int | None = Field(None, ge=1, le=MAX_HEADS)
+    ffn: int | None = Field(None, ge=1, le=MAX_FFN)
+    vocab: int | None = Field(None, ge=1, le=MAX_VOCAB)
     attention: Literal["flash", "unfused"] = "flash"
 
 
 class ClusterSpec(_Strict):
     name: str = "dgx-a100"
-    nodes: int | None = Field(None, ge=1)
+    nodes: int | None = Field(None, ge=1, le=MAX_GPUS)
     gpu: str | None = Field(None, description="replace the preset's GPU (see `trainsim clusters`)")
-    gpus_per_node: int | None = Field(None, ge=1)
-    intra_node_gbps: float | None = Field(None, gt=0, description="NVLink/switch GB/s per GPU per direction")
-    nics_per_node: int | None = Field(None, ge=1)
-    nic_gbps: float | None = Field(None, gt=0, description="GB/s per NIC per direction (200 Gb/s HDR = 25)")
+    gpus_per_node: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE)
+    intra_node_gbps: float | None = Field(None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS,
+                                          description="NVLink/switch GB/s per GPU per direction")
+    nics_per_node: int | None = Field(None, ge=1, le=MAX_NICS_PER_NODE)
+    nic_gbps: float | None = Field(None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS,
+                                   description="GB/s per NIC per direction (200 Gb/s HDR = 25)")
     topology: str | None = Field(None, description="ASTRA-sim notation 'Ring(4)_FC(2)_Switch(8)' or a topology "
                                  "preset; replaces the preset's interconnect (the last dimension is the network)")
-    bandwidth_gbps: list[float] | None = Field(None, description="with topology: GB/s per NPU per dimension")
-    latency_ns: list[float] | None = Field(None, description="with topology: ns per hop per dimension")
+    bandwidth_gbps: list[Annotated[float, Field(ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS)]] | None = Field(
+        None, description="with topology: GB/s per NPU per dimension")
+    latency_ns: list[Annotated[float, Field(ge=0, le=MAX_LATENCY_NS)]] | None = Field(
+        None, description="with topology: ns per hop per dimension")
+
+    @model_validator(mode="after")
+    def _topology_keys(self) -> ClusterSpec:
+        """Keys that only mean something with (or without) a topology are refused, not ignored."""
+        if self.topology is None:
+            for key in ("bandwidth_gbps", "latency_ns"):
+                if getattr(self, key) is not None:
+                    raise ConfigError(f"cluster.{key}", "only applies with cluster.topology (--topology)",
+                                      "add a topology or drop it")
+        else:
+            for key in ("nodes", "gpus_per_node", "intra_node_gbps", "nics_per_node", "nic_gbps"):
+                if getattr(self, key) is not None:
+                    raise ConfigError(f"cluster.{key}", "has no effect with cluster.topology (the topology fixes "
+                                      "the size and the links)", "drop it, or size the topology instead")
+        return self
 
 
 class StrategySpec(_Strict):
     tree: str | None = Field(None, description="a saved strategy tree (YAML from --dump-strategy or "
                              "StrategyTree.to_yaml) that replaces the other strategy keys")
-    dp: int | None = Field(None, ge=1, description="data-parallel degree; derived from the world size if omitted")
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
-    cp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    vpp: int = Field(1, ge=1)
+    dp: int | None = Field(None, ge=1, le=MAX_GPUS,
+                           description="data-parallel degree; derived from the world size if omitted")
+    tp: int = Field(1, ge=1, le=MAX_GPUS)
+    pp: int = Field(1, ge=1, le=MAX_GPUS)
+    cp: int = Field(1, ge=1, le=MAX_GPUS)
+    ep: int = Field(1, ge=1, le=MAX_GPUS)
+    vpp: int = Field(1, ge=1, le=MAX_LAYERS)
     sequence_parallel: bool = False
     zero: int = Field(0, ge=0, le=3)
     fsdp: bool = False
@@ -60,10 +96,10 @@ class StrategySpec(_Strict):
     schedule: Literal["gpipe", "1f1b", "interleaved", "dynamic"] = Field(
         "1f1b", description="pipeline order; dynamic: Proteus' HTAE scheduler (backward first, forward under "
         "the cap) played out on the stage costs")
-    max_ongoing_micro_batch: int | None = Field(None, ge=1, description="micro-batches a pipeline rank holds "
+    max_ongoing_micro_batch: int | None = Field(None, ge=1, le=MAX_BATCH, description="micro-batches a pipeline rank holds "
                                                 "between forward and backward (1f1b: a lower cap; dynamic: the cap)")
-    micro_batch: int = Field(1, ge=1)
-    global_batch: int | None = Field(None, ge=1)
+    micro_batch: int = Field(1, ge=1, le=MAX_BATCH)
+    global_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = Field(False, description="ZeRO parameter all-gather hidden behind the next forward")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with their GEMMs (TE userbuffers)")
@@ -73,6 +109,21 @@ class StrategySpec(_Strict):
         "none", description="keep parameters, gradients and optimizer states in CPU DRAM / NVMe (ZeRO-Infinity) or "
         "a disaggregated pool (ASTRA-sim HierMem): each layer's weights are loaded before its forward and "
         "backward and its gradients stored after, on the memory stream")
+
+    @model_validator(mode="after")
+    def _contradictions(self) -> StrategySpec:
+        if self.fsdp and self.zero in (1, 2):
+            raise ConfigError("strategy.zero", f"ZeRO-{self.zero} contradicts fsdp (FSDP full shard is ZeRO-3)",
+                              "drop --zero, or use --zero 3 without --fsdp")
+        if self.tp_comm_overlap and not (self.tp > 1 and self.sequence_parallel):
+            raise ConfigError("strategy.tp_comm_overlap", "needs tp > 1 with sequence parallelism (as in Megatron: "
+                              "only its all-gathers/reduce-scatters pipeline with the GEMMs)",
+                              "add --sp (and --tp > 1), or drop --tp-comm-overlap")
+        if self.overlap_param_gather and self.zero == 0 and not self.fsdp:
+            raise ConfigError("strategy.overlap_param_gather", "needs sharded parameters (ZeRO >= 1 or FSDP): "
+                              "without them there is no parameter all-gather to hide",
+                              "add --zero 1 (distributed optimizer), or drop --overlap-param-gather")
+        return self
 
 
 class SimulationSpec(_Strict):
@@ -90,6 +141,14 @@ class SimulationSpec(_Strict):
     bandwidth_sharing: bool = Field(True, description="concurrent communication shares links (max-min fair "
                                     "flows, Proteus VI-C); false: fixed durations, every group alone")
 
+    @model_validator(mode="after")
+    def _scheduler_needs_analytical(self) -> SimulationSpec:
+        if self.scheduler != "baseline" and self.comm_model != "analytical":
+            raise ConfigError("simulation.scheduler", f"{self.scheduler} schedules the analytical model's "
+                              f"collectives; comm_model {self.comm_model} would ignore it",
+                              "add --comm-model analytical, or drop --scheduler")
+        return self
+
 
 class JobConfig(_Strict):
     """One simulated job: what is trained, on what, how it is parallelised, how it is simulated."""
@@ -106,6 +165,19 @@ DEFAULT_JOB: dict[str, Any] = {
     "strategy": {"tp": 8, "pp": 16, "dp": 8, "micro_batch": 1, "global_batch": 1536, "sequence_parallel": True,
                  "recompute": "selective", "zero": 1, "schedule": "1f1b"},
 }
+DEFAULT_JOB_TEXT = "GPT-3 175B on 1024 A100-80GB, Megatron TP8 x PP16 x DP8"
+"""DEFAULT_JOB in words (the summary's job line and the README)."""
+
+
+_KINDS = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+          "string_type": "a string", "list_type": "a list"}
+"""pydantic error types of a wrong-typed value -> what the field takes (strict: no bool-as-int, no "8")."""
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _field_of(err: dict[str, Any]) -> str:
@@ -114,47 +186,156 @@ def _field_of(err: dict[str, Any]) -> str:
 
 def parse_job(data: dict[str, Any]) -> JobConfig:
     """Validate a nested dict into a JobConfig, turning the first error into a ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError("job", f"must be a mapping of model/cluster/strategy/simulation keys, not "
+                          f"{type(data).__name__}", "pass a dict such as {'model': {'name': 'gpt2'}}")
     try:
         return JobConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):  # a cross-field validator: it names its own field
+            raise cause from None
         field = _field_of(err)
         msg = err.get("msg", "invalid value")
         fix = "remove it (see `trainsim simulate --help` for the keys)" if err.get("type") == "extra_forbidden" else \
             f"got {err.get('input')!r}"
+        kind = _KINDS.get(str(err.get("type")))
+        if kind is not None:
+            msg = f"must be {kind}, not {type(err.get('input')).__name__}"
+        if err.get("type") in ("model_type", "dict_type"):
+            msg = f"must be a mapping of {field} keys, not {type(err.get('input')).__name__}"
+            fix = f"write {field}: followed by indented key: value lines (got {_short(err.get('input'))})"
         raise ConfigError(field, msg, fix) from None
 
 
-def load_yaml(path: Path) -> dict[str, Any]:
-    """Safely load a YAML job file into a dict (no arbitrary object construction)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError("config", f"cannot read {path}: {exc.strerror}", "pass an existing YAML file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError("config", f"malformed YAML in {path}{where}", "fix the YAML syntax") from None
+def load_yaml(path: Path | str, field: str = "config") -> dict[str, Any]:
+    """Safely load a YAML job file into a dict (files.load_yaml: bounded, UTF-8, no duplicate keys)."""
+    from .files import load_yaml as read_yaml
+
+    data = read_yaml(path, field, what="YAML job file", fix="pass an existing YAML job file")
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError("config", f"{path} must hold a mapping with model/cluster/strategy keys", "see README")
+        raise ConfigError(field, f"{path} must hold a mapping with model/cluster/strategy keys",
+                          "see README (a job file has model:, cluster:, strategy:, simulation:)")
     return data
 
 
-def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge `override` into `base` (values of None in override are ignored)."""
+def merge(base: dict[str, Any], override: dict[str, Any], _path: str = "") -> dict[str, Any]:
+    """Deep-merge `override` into `base` (values of None in override are ignored); a section of `base`
+    that is not a mapping where `override` has one is a ConfigError naming it, not silently replaced."""
     out = dict(base)
     for k, v in override.items():
         if v is None:
             continue
         if isinstance(v, dict):
-            out[k] = merge(out[k] if isinstance(out.get(k), dict) else {}, v)
+            old = out.get(k)
+            if old is not None and not isinstance(old, dict):
+                raise ConfigError(f"{_path}{k}", f"must be a mapping of {_path}{k} keys, not {type(old).__name__}",
+                                  f"write {k}: followed by indented key: value lines (got {_short(old)})")
+            out[k] = merge(old or {}, v, f"{_path}{k}.")
         else:
             out[k] = v
     return out
+
+
+JOB_SECTIONS = ("model", "cluster", "strategy")
+_RECIPE = {"strategy": ("tp", "pp", "dp", "cp", "ep", "vpp", "global_batch"), "cluster": ("nodes",)}
+"""What the default job sized for GPT-3 175B: dropped with it when a flag names another model."""
+
+
+class LayeredJob(NamedTuple):
+    data: dict[str, Any]  # the job dict to parse_job
+    from_default: bool  # the base was the default job (no file, or a file without model/cluster/strategy)
+    notes: list[str]  # what the layering dropped from the base, in words
+
+
+def apply_flags(base: dict[str, Any] | None, flags: dict[str, dict[str, Any]]) -> LayeredJob:
+    """Layer CLI flags (None = not given) on a job file's dict, or on DEFAULT_JOB when there is no file or
+    it has no model/cluster/strategy section (an empty file is the default job).
+
+    Flags change what they name and drop only what would contradict them: another model (--model,
+    --hf-config) replaces the default's model and its recipe (seq_len, global batch, degrees, nodes; a job
+    file keeps its other model keys); --dp drops the base's nodes (the world follows dp); --nodes, --tp,
+    --pp, --cp, --cluster, --gpus-per-node or --topology drop the base's dp where the GPU count stays known
+    (dp is derived); --topology drops the nodes; --strategy-tree replaces the strategy section; sequence
+    parallelism goes where tp ends at 1. Settings (recompute, zero, sp, schedule, ...) stay unless overridden.
+    """
+    from_default = base is None or not any(k in base for k in JOB_SECTIONS)
+    data = merge(DEFAULT_JOB, base or {}) if from_default else base
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}  # copies: base stays untouched
+    given = {sec: {k: v for k, v in (vals or {}).items() if v is not None} for sec, vals in flags.items()}
+    gm, gc, gs = (given.get(sec, {}) for sec in JOB_SECTIONS)
+    notes: list[str] = []
+
+    def section(name: str) -> dict[str, Any]:
+        sec = out.get(name)
+        return sec if isinstance(sec, dict) else {}  # a malformed section is left for merge/parse_job to name
+
+    def drop(sec: str, keys: tuple[str, ...] | list[str], why: str) -> None:
+        gone = [k for k in keys if k in section(sec) and k not in given.get(sec, {})]
+        for k in gone:
+            del out[sec][k]
+        if gone:
+            notes.append(why)
+
+    model = section("model")
+    new_model = "hf_config" in gm or ("name" in gm and (gm["name"] != model.get("name") or "hf_config" in model))
+    if from_default and new_model:
+        dropped = [k for k in model if k not in gm and k != "name"]
+        out["model"] = {}
+        for sec, keys in _RECIPE.items():
+            gone = [k for k in keys if k in section(sec) and k not in given.get(sec, {})]
+            for k in gone:
+                del out[sec][k]
+            dropped += gone
+        if dropped:
+            notes.append(f"GPT-3's {', '.join(dropped)} dropped")
+    elif "name" in gm or "hf_config" in gm:  # a model flag replaces the file's model, whichever way it names it
+        for k in ("name", "hf_config"):
+            if k in model and k not in gm:
+                del out["model"][k]
+    cluster, strategy = section("cluster"), section("strategy")
+    if "tree" in gs:
+        drop("strategy", [k for k in strategy if k != "tree"], "the tree replaces the other strategy keys")
+        if from_default:
+            drop("cluster", ("nodes",), "nodes from the tree's mesh")
+    if "topology" in gc:
+        drop("cluster", ("nodes", "gpus_per_node"), "the topology sets the GPU count")
+    if "dp" in gs and "nodes" not in gc:
+        drop("cluster", ("nodes",), "nodes from dp x tp x pp x cp")
+    world_changed = any(k in gc for k in ("nodes", "gpus_per_node", "topology")) or \
+        any(k in gs for k in ("tp", "pp", "cp")) or gc.get("name", cluster.get("name")) != cluster.get("name")
+    if world_changed and "dp" not in gs and ("nodes" in section("cluster") or "topology" in section("cluster")
+                                             or "topology" in gc or "nodes" in gc):
+        drop("strategy", ("dp",), "dp from the GPU count")
+    tp = gs.get("tp", section("strategy").get("tp", 1))
+    if tp == 1 and section("strategy").get("sequence_parallel"):
+        drop("strategy", ("sequence_parallel",), "sp off as tp=1")
+    return LayeredJob(merge(out, flags), from_default, notes)
+
+
+_FLAG_NAMES = {"sequence_parallel": "sp", "max_ongoing_micro_batch": "max-ongoing", "bandwidth_gbps": "bandwidth",
+               "latency_ns": "latency", "tree": "strategy-tree", "hf_config": "hf-config"}
+
+
+def describe_flags(flags: dict[str, dict[str, Any]]) -> str:
+    """The given flags (None = not given) as a command line would write them: '--model gpt2 --no-sp'."""
+    parts = []
+    for sec, vals in flags.items():
+        for key, v in (vals or {}).items():
+            if v is None:
+                continue
+            name = {"model": "model", "cluster": "cluster"}.get(sec, key) if key == "name" else key
+            name = _FLAG_NAMES.get(name, name).replace("_", "-")
+            if isinstance(v, bool):
+                parts.append(f"--{name}" if v else ("--symmetric" if name == "exact" else f"--no-{name}"))
+            elif isinstance(v, list):
+                parts.append(f"--{name} {','.join(f'{x:g}' if isinstance(x, float) else str(x) for x in v)}")
+            else:
+                parts.append(f"--{name} {v}")
+    return " ".join(parts)
 
 
 def dump_yaml(job: JobConfig) -> str:

@@ -13,4 +13,6 @@ class ConfigError(ValueError):
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
-        return f"{self.field}: {self.problem}" + (f"; {self.fix}" if self.fix else "")
+        """`field: problem; fix` on one line (line breaks inside any part become spaces)."""
+        text = f"{self.field}: {self.problem}" + (f"; {self.fix}" if self.fix else "")
+        return " ".join(text.splitlines())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..strategy.schedules import dynamic_orders, schedule_order
+from ..strategy.tree import StrategyTree
 from .program import ChunkProgram, Program, Step, Stream
 
 
@@ -308,13 +309,63 @@ def _htae_orders(chunks: list[ChunkProgram], m: int, max_ongoing: int | None) ->
                           [ch.send_fwd_s for ch in chunks], [ch.send_bwd_s for ch in chunks])
 
 
+@dataclass(frozen=True)
+class WorkEstimate:
+    """build_graph's predicted size, summed over the rank classes it simulates (every rank with exact)."""
+
+    micro_batches: int
+    per_micro_batch: int  # tasks each micro-batch adds (forward, backward and pipeline sends of every chunk)
+    fixed: int  # tasks made once (gradient sync, anchors, optimizer)
+
+    @property
+    def tasks(self) -> int:
+        return self.micro_batches * self.per_micro_batch + self.fixed
+
+
+def predict_tasks(tree: StrategyTree, *, exact: bool = False, granularity: str = "auto") -> WorkEstimate:
+    """Predict build_graph's task count from layer and op counts alone (no lowering, O(layers)).
+
+    Per micro-batch and chunk: op granularity ~3 tasks per op (forward, backward, collectives); exact mode
+    with tp/cp/ep keeps feature collectives apart (~1 task per op, 2 with sequence parallelism); layer granularity ~2 per layer; auto fuses a
+    chunk's forward and backward into ~2; ZeRO-3 gathers and offload loads/stores add ~6 per layer. A
+    collective counts once per class taking part. Within a factor of 2 of the built graph (tests)."""
+    tree.resolve()
+    mesh, sched = tree.mesh, tree.schedule
+    n_chunks = mesh.pp * sched.virtual_stages
+    layers, ops, recomputed, heavy, stored_split = ([0] * n_chunks for _ in range(5))
+    for node, recompute, chunk, items in tree._inherited():
+        n_ops = len(node.layer.ops) if node.layer is not None else 0
+        layers[chunk] += 1
+        ops[chunk] += n_ops
+        recomputed[chunk] += n_ops if recompute == "full" else 0
+        stored_split[chunk] += n_ops if node.leaf is not None and node.leaf.saved else 0  # sequence parallel
+        heavy[chunk] += "weight" in items or tree.offload != "none"  # per-layer gathers / loads / stores
+    mp = any(mesh.size(a) > 1 for a in ("tp", "cp", "ep"))
+    per_mb = fixed = 0
+    for c in range(n_chunks):
+        n_layers, n_ops, extra = layers[c], ops[c], 6 * heavy[c]
+        if granularity == "op":
+            n = 2 * n_ops + recomputed[c] + (n_ops if mp else 0) + extra // 2
+        elif exact and mp:  # each feature collective splits the fused compute: ~1 per op, 2 with SP
+            n = n_ops + stored_split[c] + extra // 2
+        elif granularity == "layer":
+            n = max(2 * n_layers, extra)
+        else:
+            n = max(2, extra)
+        per_mb += n + (2 if n_chunks > 1 else 0)  # + pipeline sends
+        fixed += 3 * n_layers  # gradient buckets, their anchors, ZeRO parameter gathers
+    copies = mesh.world_size // mesh.pp if exact else 1
+    return WorkEstimate(sched.n_micro_batch, per_mb * copies, (fixed + mesh.pp) * copies)
+
+
 def build_graph(program: Program, *, exact: bool = False, granularity: str = "auto",
                 optimizer_s: dict[int, float] | None = None, static_bytes: dict[int, float] | None = None,
-                flows: FlowSource | None = None) -> ExecutionGraph:
+                flows: FlowSource | None = None, progress: Callable[[int], None] | None = None) -> ExecutionGraph:
     """Instantiate the costed templates along the pipeline schedule into one execution graph.
 
     `flows` (bandwidth sharing): fill `flow_latency_s` / `flow_demand` / `resources` from the cost
-    layer's per-link work, so the engine shares links among concurrent tasks."""
+    layer's per-link work, so the engine shares links among concurrent tasks. `progress(tasks built)`
+    is called every 256 schedule items."""
     tree = program.tree
     mesh = tree.mesh
     sched = tree.schedule
@@ -420,6 +471,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             if ph == "B":
                 last_item_of_chunk[vc] = idx
         for idx, (ph, mb, vc) in enumerate(order):
+            if progress is not None and not idx & 255:
+                progress(len(g))
             c = vc * pp + r
             ch = chunks[c]
             anchors = ph == "B" and tree.overlap_grad_reduce and has_grad and idx == last_item_of_chunk.get(vc)

@@ -89,16 +89,11 @@ def _load_cached(path: str | None) -> Calibration:
     if path is None:
         text = resources.files("trainsim").joinpath("data/calibration.yaml").read_text()
         return _parse(yaml.safe_load(text), "the packaged calibration")
+    from ..files import load_yaml
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError("simulation.calibration", f"cannot read {p}: {exc.strerror}",
-                          "pass a file written by `trainsim calibrate`") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise ConfigError("simulation.calibration", f"malformed YAML in {p}", "fix the YAML syntax") from None
+    data = load_yaml(p, "simulation.calibration", what="calibration file",
+                     fix="pass a file written by `trainsim calibrate`")
     return _parse(data, str(p))
 
 

@@ -26,6 +26,7 @@ predicted time moves by 5% when the parameter changes 4x).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from collections import Counter
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..hardware.devices import Device, get_device
 from ..workload.ir import Op, OpKind
 from .calibration import Calibration, ComputeParams, device_family
@@ -100,10 +102,16 @@ def load_measurements(path: str | Path) -> list[dict[str, Any]]:
 
     Numeric columns become floats (an empty cell becomes None: e.g. a best-case number whose shape the source
     does not state), `causal` a bool, `dtype` the trainsim spelling; each row also carries `kind` and `file`."""
+    from ..files import read_text
+
     p = Path(path)
-    with p.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        kind = measurement_kind(reader.fieldnames or ())
+    content = read_text(p, str(p), what="measurement CSV", fix="pass an existing CSV file")
+    try:
+        reader = csv.DictReader(io.StringIO(content, newline=""))
+        try:
+            kind = measurement_kind(reader.fieldnames or ())
+        except ValueError as exc:
+            raise ConfigError(str(p), str(exc), "") from None
         rows: list[dict[str, Any]] = []
         for line, raw in enumerate(reader, start=2):
             if not any((v or "").strip() for v in raw.values() if isinstance(v, str)):
@@ -111,18 +119,19 @@ def load_measurements(path: str | Path) -> list[dict[str, Any]]:
             row: dict[str, Any] = {}
             for key, value in raw.items():
                 if key is None:
-                    raise ValueError(f"{p}:{line}: more cells than columns")
+                    raise ConfigError(f"{p}:{line}", "more cells than columns", "fix the row")
                 text = (value or "").strip()
                 if key in _NUMERIC:
                     try:
                         row[key] = float(text) if text else None
                     except ValueError:
-                        raise ValueError(f"{p}:{line}: column {key!r} is not a number: {text!r}") from None
+                        raise ConfigError(f"{p}:{line}", f"column {key!r} is not a number: {text!r}",
+                                          "write a number or leave the cell empty") from None
                 elif key == "causal":
                     try:
                         row[key] = _bool(text)
                     except ValueError as exc:
-                        raise ValueError(f"{p}:{line}: {exc}") from None
+                        raise ConfigError(f"{p}:{line}", str(exc), "") from None
                 elif key == "dtype":
                     row[key] = _dtype(text)
                 else:
@@ -130,6 +139,8 @@ def load_measurements(path: str | Path) -> list[dict[str, Any]]:
             row["kind"] = kind
             row["file"] = p.name
             rows.append(row)
+    except csv.Error as exc:
+        raise ConfigError(str(p), f"not a readable CSV ({exc})", "pass a comma-separated file") from None
     return rows
 
 

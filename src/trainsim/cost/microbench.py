@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..hardware.cluster import Cluster, Level
 from ..hardware.topology import format_topology
+from ..limits import MAX_MESSAGE_BYTES
 from .comm import NcclComm, _ring_steps
 from .multidim import (
     COLLECTIVES,
@@ -35,8 +36,10 @@ def parse_bytes(text: str) -> float:
     if m is None or unit not in _UNITS:
         raise ValueError(f"--bytes '{text}' is not a size: write e.g. 1073741824, 1GiB, 64MiB or 500MB")
     value = float(m.group(1)) * _UNITS[unit]
-    if value <= 0:
-        raise ValueError(f"--bytes '{text}' must be positive")
+    if not 1 <= value <= MAX_MESSAGE_BYTES:
+        raise ValueError(f"--bytes '{text}' must be 1 B to {MAX_MESSAGE_BYTES / 2**50:g} PiB")
+    if value != math.floor(value):
+        raise ValueError(f"--bytes '{text}' is {value:g} B, not a whole number of bytes")
     return value
 
 

@@ -92,6 +92,10 @@ class Device:
             return "fp16"
         return "fp32" if "fp32" in t else self.dtypes[0]
 
+    def supports(self, dtype: str) -> bool:
+        """Whether the part itself lists `dtype` (what a job may ask for; `peak_flops`' fp16/bf16 stand-in aside)."""
+        return _normalise_dtype(dtype) in self.peak_tflops
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for `dtype`; fp16 and bf16 stand in for each other if only one is listed."""
         key = _normalise_dtype(dtype)

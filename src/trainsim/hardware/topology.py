@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from ..limits import MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_NS, MIN_BANDWIDTH_GBPS
 from .cluster import CLUSTERS, Cluster, Level, _canonical_cluster, get_cluster
 from .devices import Device, get_device
 
@@ -37,9 +38,11 @@ def parse_topology(spec: str, bandwidths_gbps: Sequence[float], latencies_ns: Se
         if m is None or kind is None:
             raise ValueError(f"topology dimension {i + 1} '{part}' is not Ring(k), FC(k), FullyConnected(k) or "
                              f"Switch(k): write e.g. 'Ring(4)_FC(2)_Switch(8)'")
-        size = int(m.group(2))
+        size = int(m.group(2)) if len(m.group(2)) <= 12 else MAX_GPUS + 1  # no 10,000-digit int parsing
         if size < 2:
             raise ValueError(f"topology dimension {i + 1} '{part}' has {size} NPUs: a dimension needs at least 2")
+        if size > MAX_GPUS:
+            raise ValueError(f"topology dimension {i + 1} '{part[:40]}' has more than {MAX_GPUS:,} NPUs, the limit")
         kinds.append(kind)
         sizes.append(size)
     for what, values in (("bandwidth", bandwidths_gbps), ("latency", latencies_ns)):
@@ -134,6 +137,8 @@ def resolve_topology(spec_or_name: str, bandwidths_gbps: Sequence[float] | None 
     """Levels from a preset name (topology or cluster preset, sized to `npus` for clusters) or a notation
     string; explicit bandwidths/latencies override a preset's; `npus` must match the product of sizes."""
     key = spec_or_name.strip().lower()
+    if npus is not None and npus > MAX_GPUS:
+        raise ValueError(f"{npus:,} NPUs were asked for, above the limit of {MAX_GPUS:,}")
     if key in TOPOLOGY_PRESETS:
         pre = TOPOLOGY_PRESETS[key]
         levels = parse_topology(pre.spec, bandwidths_gbps or pre.bandwidths_gbps, latencies_ns or pre.latencies_ns)
@@ -154,7 +159,17 @@ def resolve_topology(spec_or_name: str, bandwidths_gbps: Sequence[float] | None 
             raise ValueError(f"topology '{spec_or_name}' needs --bandwidth and --latency (one value per dimension), "
                              f"or use a preset: {', '.join([*TOPOLOGY_PRESETS, *CLUSTERS])}")
         levels = parse_topology(spec_or_name, bandwidths_gbps, latencies_ns)
+    for i, lv in enumerate(levels):
+        if not MIN_BANDWIDTH_GBPS <= lv.bandwidth_gbps <= MAX_BANDWIDTH_GBPS:
+            raise ValueError(f"dimension {i + 1} bandwidth {lv.bandwidth_gbps:g} GB/s is outside "
+                             f"{MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} GB/s: give GB/s per NPU per direction")
+        if not 0 <= lv.latency_s * 1e9 <= MAX_LATENCY_NS:
+            raise ValueError(f"dimension {i + 1} latency {lv.latency_s * 1e9:g} ns is outside 0..{MAX_LATENCY_NS:g} "
+                             f"ns: give ns per hop")
     total = math.prod(lv.size for lv in levels)
+    if total > MAX_GPUS:
+        raise ValueError(f"topology '{format_topology(levels)}' has {total:,} NPUs, above the limit of {MAX_GPUS:,}: "
+                         f"use smaller dimensions")
     if npus is not None and total != npus:
         raise ValueError(f"topology '{format_topology(levels)}' has {total} NPUs but {npus} were asked for: make the "
                          f"product of the dimension sizes equal {npus}")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..compile.program import STREAM_NAMES
+from ..files import check_output, json_text, write_outputs
 from ..sim.result import SimulationResult
 
 
@@ -37,10 +37,13 @@ def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
     return events
 
 
-def write_chrome_trace(result: SimulationResult, path: Path) -> None:
-    """Write atomically: a partial file never replaces a good one."""
+def chrome_trace_json(result: SimulationResult) -> str:
+    """The trace as strict JSON text (what `--trace` writes)."""
     data = {"traceEvents": trace_events(result), "displayTimeUnit": "ms",
             "metadata": {"model": result.model, "cluster": result.cluster, "strategy": result.strategy}}
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    return json_text(data, "--trace", indent=None)
+
+
+def write_chrome_trace(result: SimulationResult, path: str | Path) -> None:
+    """Write the trace to `path` through the shared output writer (a partial file never replaces a good one)."""
+    write_outputs({check_output(path, "trace"): chrome_trace_json(result)})

@@ -25,16 +25,36 @@ def _rate(x: float) -> str:
     return f"{x:.2f} "
 
 
-def print_summary(r: SimulationResult, console: Console | None = None) -> None:
+def _count(n: float) -> str:
+    """175e9 -> '175.0B', 124e6 -> '124.4M'."""
+    for unit, f in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= f:
+            return f"{n / f:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def print_summary(r: SimulationResult, console: Console | None = None, job: str | None = None) -> None:
+    """Print what was run (job, model, GPUs, strategy) and the prediction; `job` says where the job came from."""
     con = console or Console()
     s = r.strategy
-    con.print(f"[bold]{r.model}[/] on [bold]{r.n_gpus}x {r.device}[/] ({r.cluster})  "
-              f"dp={s['dp']} tp={s['tp']} pp={s['pp']} cp={s['cp']} ep={s['ep']} vpp={s['vpp']} "
+    if job:
+        con.print(f"job: {job}", markup=False, highlight=False)
+    seq = f", sequence length {r.tokens_per_sample}" if r.tokens_per_sample else ""
+    con.print(f"model: [bold]{r.model}[/], {_count(r.model_params)} params{seq}", highlight=False)
+    con.print(f"GPUs: [bold]{r.n_gpus}x {r.device}[/] ({r.cluster})", highlight=False)
+    ep = s["ep"]
+    dp = f"dp={s['dp']} (ep={ep} x dp/ep={s['dp'] // ep})" if ep > 1 else f"dp={s['dp']}"
+    con.print(f"strategy: {dp} tp={s['tp']} pp={s['pp']} cp={s['cp']} ep={ep} vpp={s['vpp']} "
               f"sp={'on' if s['sequence_parallel'] else 'off'} zero={s['zero']} recompute={s['recompute']} "
-              f"schedule={s['schedule']} micro-batch={s['micro_batch']} global-batch={s['global_batch']} "
-              f"(grad accumulation {s['grad_accumulation']}) {s['dtype']}")
+              f"schedule={s['schedule']}", highlight=False)
+    if ep > 1:
+        con.print(f"  with EP, dp={s['dp']} counts the replicas of the dense layers; the experts are split over "
+                  f"ep={ep} of them and replicated over dp/ep={s['dp'] // ep}", highlight=False)
+    con.print(f"batch: micro-batch {s['micro_batch']}, global batch {s['global_batch']} "
+              f"(grad accumulation {s['grad_accumulation']}), {s['dtype']}", highlight=False)
     if r.placement:
-        con.print("placement: " + "; ".join(r.placement))
+        axes = [f"dp/ep{p[2:]}" if ep > 1 and p.startswith("dp=") else p for p in r.placement]
+        con.print("placement: " + "; ".join(axes), highlight=False)
     if r.model_assumptions:
         con.print("model assumptions: " + "; ".join(r.model_assumptions), markup=False)
     t = Table(title="Predicted iteration", show_header=False)
@@ -50,14 +70,19 @@ def print_summary(r: SimulationResult, console: Console | None = None) -> None:
     con.print(t)
 
     m = Table(title="Peak memory per pipeline stage")
-    for col in ("stage", "weights+grads+optimizer", "activations (peak)", "peak", "capacity", "verdict"):
+    for col in ("stage", "weights, grads, optimizer", "activations (peak)", "peak", "capacity", "verdict"):
         m.add_column(col, justify="right")
     rows = r.memory
     if len(rows) > 12:
         worst = max(rows, key=lambda x: x.peak_bytes).stage
         keep = {*range(4), *range(len(rows) - 4, len(rows)), worst}
         rows = [x for x in rows if x.stage in keep]
+    prev = -1
     for sm in rows:
+        if sm.stage > prev + 1:  # a marker row for the stages left out between two shown ones
+            hidden = sm.stage - prev - 1
+            m.add_row("...", f"{hidden} stage{'s' if hidden > 1 else ''} not shown", "", "", "", "")
+        prev = sm.stage
         m.add_row(str(sm.stage), _gib(sm.static_bytes), _gib(sm.activation_peak_bytes), _gib(sm.peak_bytes),
                   _gib(sm.capacity_bytes), "[green]fits[/]" if sm.fits else "[red]OOM[/]")
     con.print(m)
@@ -79,4 +104,4 @@ def print_summary(r: SimulationResult, console: Console | None = None) -> None:
             continue
         b.add_row(LABELS[k], f"{v:.4f}", f"{100 * v / r.iteration_time_s:.1f} %", f"{cp:.4f}" if cp else "")
     con.print(b)
-    con.print(f"simulated {r.n_tasks} tasks in {r.simulation_wall_s:.3f} s")
+    con.print(f"simulated {r.n_tasks} tasks in {r.simulation_wall_s:.3f} s of wall time")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..compile.graph import ExecutionGraph
@@ -74,12 +75,14 @@ def _intensities(graph: ExecutionGraph) -> list[tuple[tuple[int, float], ...] | 
 
 
 def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool = True,
-        p2p_host_sync: bool = True, bandwidth_sharing: bool = True) -> SimTrace:
+        p2p_host_sync: bool = True, bandwidth_sharing: bool = True,
+        progress: Callable[[int, int], None] | None = None, progress_every: int = 8192) -> SimTrace:
     """Simulate the graph. Compute tasks also wait for the framework (host) to issue them: the host
     issues a class's compute stream in order, `host_s` per task, running ahead of the GPU except
     that with `p2p_host_sync` it waits for pipeline sends/receives to finish (Megatron's
     batch_p2p_sync), so tiny kernels and pipeline hand-offs become host-bound as in real runs.
-    `bandwidth_sharing=False` ignores the graph's flow demands (every task keeps its duration)."""
+    `bandwidth_sharing=False` ignores the graph's flow demands (every task keeps its duration).
+    `progress(tasks finished, tasks)` is called every `progress_every` finished tasks."""
     n = len(graph)
     n_classes = len(graph.classes)
     deps = graph.deps
@@ -279,6 +282,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         if qlist[q]:
             try_start(qlist[q][0], 0.0)
     done = 0
+    report_at = progress_every if progress is not None else -1
     while heap:
         now, _, t, ver = heapq.heappop(heap)
         if t < 0:  # a compute task whose host issue time has come
@@ -291,6 +295,9 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
             continue
         end[t] = now
         done += 1
+        if done == report_at and progress is not None:
+            progress(done, n)
+            report_at += progress_every
         s = stream[t]
         if t in active:
             flow_end(t, now)

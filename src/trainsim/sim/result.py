@@ -101,7 +101,8 @@ class SimulationResult:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "model": self.model, "cluster": self.cluster, "device": self.device, "n_gpus": self.n_gpus,
+            "model": self.model, "model_params": self.model_params, "seq_len": self.tokens_per_sample,
+            "cluster": self.cluster, "device": self.device, "n_gpus": self.n_gpus,
             "strategy": self.strategy,
             "iteration_time_s": self.iteration_time_s,
             "samples_per_s": self.samples_per_s,

@@ -727,12 +727,9 @@ class StrategyTree:
 
     @classmethod
     def from_yaml(cls, model: Model, text: str) -> StrategyTree:
-        import yaml
+        from ..files import parse_yaml
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError("strategy", f"malformed YAML ({str(exc).splitlines()[0]})", "fix the file") from None
+        data = parse_yaml(text, "strategy", "the strategy tree")
         if not isinstance(data, dict):
             raise ConfigError("strategy", "the file is not a mapping", "write it with StrategyTree.to_yaml")
         return cls.from_dict(model, data)

@@ -47,24 +47,37 @@ ignores and `load_chakra` reads back, so an export imports to the same simulatio
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import heapq
 import io
 import json
 import math
 import re
+import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from ..compile.graph import ExecutionGraph, RankClass
 from ..compile.program import Stream
 from ..cost.comm import CommModel
 from ..errors import ConfigError
+from ..files import (
+    MAX_BINARY_BYTES,
+    Outputs,
+    OutputTarget,
+    Payload,
+    check_file_prefix,
+    check_output,
+    check_output_dir,
+    load_json,
+    read_bytes,
+)
 from ..hardware.cluster import Cluster, get_cluster
+from ..hardware.devices import DTYPES
 
 # collective names (trainsim / nccl-tests) <-> Chakra CollectiveCommType names
 CHAKRA_COLLECTIVES: dict[str, str] = {
@@ -156,22 +169,31 @@ class EtFile:
     nodes: list[Any]
 
 
+def _gunzip(raw: bytes, p: Path) -> bytes:
+    """Decompress a gzipped ET, bounded: a small file that inflates past the ET size limit is refused."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(raw, MAX_BINARY_BYTES + 1)
+    except zlib.error:
+        raise ConfigError(str(p), "corrupt gzip data", "re-write or re-compress the trace") from None
+    if len(out) > MAX_BINARY_BYTES:
+        raise ConfigError(str(p), f"inflates past the {MAX_BINARY_BYTES / 2**30:g} GiB limit for a Chakra ET file",
+                          "split the trace per rank or check the file")
+    if not d.eof:
+        raise ConfigError(str(p), "truncated gzip data", "re-write or re-compress the trace")
+    return out
+
+
 def read_et(path: str | Path) -> EtFile:
     """Decode one Chakra ET file (plain or gzipped); one-line ConfigError naming the file when it is not one."""
     pb, lib = _pb(), _protolib()
     from google.protobuf.message import DecodeError
 
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(str(p), f"cannot read Chakra ET file: {exc.strerror}",
-                          "check the path (files are named <prefix>.<rank>.et)") from None
+    raw = read_bytes(p, str(p), max_bytes=MAX_BINARY_BYTES, what="Chakra ET file",
+                     fix="check the path (files are named <prefix>.<rank>.et)")
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError):
-            raise ConfigError(str(p), "corrupt gzip data", "re-write or re-compress the trace") from None
+        raw = _gunzip(raw, p)
     stream = _Reader(raw)
     bad = ConfigError(str(p), "not a Chakra ET file (no length-delimited GlobalMetadata + Node messages)",
                       "write it with chakra's generator/converters or `trainsim chakra export`")
@@ -240,13 +262,7 @@ def _load_groups(path: Path | None, world: int) -> dict[str, tuple[int, ...]]:
     groups: dict[str, tuple[int, ...]] = {"": tuple(range(world))}
     if path is None:
         return groups
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(str(path), f"cannot read comm group file: {exc.strerror}", "check the path") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(str(path), f"not JSON ({exc.msg}, line {exc.lineno})",
-                          'write {"<pg_name>": [rank, ...], ...}') from None
+    data = load_json(path, "--comm-groups", what="comm group JSON", fix='write {"<pg_name>": [rank, ...], ...}')
     if not isinstance(data, dict):
         raise ConfigError(str(path), "must map group names to rank lists", 'write {"1": [0, 1], ...}')
     for name, ranks in data.items():
@@ -365,11 +381,12 @@ def _stream(a: dict[str, Any], default: Stream, where: str) -> int:
 def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nodes: int | None = None,
                 comm: CommModel | None = None, memory: MemoryTimer | None = None,
                 memory_location: str = "remote", durations: str = "model", cpu_ops: str = "serial",
-                dtype: str = "bf16", comm_groups: str | Path | None = None) -> ExecutionGraph:
+                dtype: str = "auto", comm_groups: str | Path | None = None) -> ExecutionGraph:
     """Read a Chakra ET workload (`<prefix>.<rank>.et` per rank) into a per-rank ExecutionGraph.
 
     Costs: COMP nodes keep their recorded duration (`duration_micros`, or trainsim's exact seconds),
-    else a roofline of `num_ops` / `tensor_size` on the cluster's device (peak for `dtype`, HBM).
+    else a roofline of `num_ops` / `tensor_size` on the cluster's device (peak for `dtype`, HBM; auto: what
+    the device trains in, bf16 without a cluster; a dtype the device lacks is a ConfigError).
     Collectives and sends use `comm` (default NcclComm on the cluster) on nccl-tests sizes converted
     from ASTRA-sim's `comm_size`; memory nodes use `memory` (any object with `time_s(MemoryAccess)`;
     accesses are `memory_location`, ASTRA-sim's are remote) or local HBM time without one.
@@ -381,6 +398,8 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
         raise ConfigError("durations", f"'{durations}' is not one of {', '.join(DURATIONS)}", "")
     if cpu_ops not in CPU_OPS:
         raise ConfigError("cpu_ops", f"'{cpu_ops}' is not one of {', '.join(CPU_OPS)}", "")
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ConfigError("dtype", f"'{dtype}' is not a dtype", f"use auto or one of {', '.join(DTYPES)}")
     pb = _pb()
     files = et_files(source)
     ets = [read_et(p) for p in files]
@@ -393,6 +412,11 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
         group_file = Path(comm_groups)
     groups = _load_groups(group_file, world)
     cl = _resolve_cluster(cluster, nodes, world)
+    if dtype == "auto":
+        dtype = cl.device.training_dtype if cl is not None else "bf16"
+    elif cl is not None and not cl.device.supports(dtype):
+        raise ConfigError("dtype", f"{cl.device.name} does not support {dtype}",
+                          f"use one of {', '.join(cl.device.dtypes)} or auto ({cl.device.training_dtype})")
     if comm is None and cl is not None:
         from ..cost.comm import NcclComm
 
@@ -602,9 +626,10 @@ def _field(values: list[Any], t: int, default: Any) -> Any:
 
 
 def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "trainsim",
-                 ranks: Iterable[int] | None = None) -> list[Path]:
+                 ranks: Iterable[int] | None = None, progress: Callable[[int, int], None] | None = None) -> list[Path]:
     """Write `graph` as Chakra ET, one `<prefix>.<rank>.et` per rank (all ranks, or `ranks`), plus
     `<prefix>.comm_group.json` for ASTRA-sim's `--comm-group-configuration`. Returns the paths written.
+    All files are written or none (trainsim.files); `progress(done, total)` is called after each rank's file.
 
     Fused tasks (compute chains that absorbed TP collectives, graph.coarsen) become COMP nodes with
     their duration; build with `granularity="op"` to export every collective as a COMM_COLL_NODE."""
@@ -619,11 +644,8 @@ def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "trai
     bad = [r for r in wanted if not 0 <= r < world or owner[r] < 0]
     if bad:
         raise ConfigError("ranks", f"rank {bad[0]} is not a rank of the graph (0..{world - 1})", "pick ranks in range")
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(str(out), f"cannot create directory: {exc.strerror}", "choose a writable path") from None
+    out = check_output_dir(out_dir, "--out")
+    check_file_prefix(prefix, "--prefix")
     class_tasks: dict[int, list[int]] = defaultdict(list)
     for t in range(n):
         for c in graph.participants[t]:
@@ -700,54 +722,63 @@ def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "trai
             return node
         return base_node(t, graph.name[t], pb.COMP_NODE, t)
 
-    written: list[Path] = []
-    for r in wanted:
-        c = owner[r]
-        rc = graph.classes[c]
-        nodes: list[Any] = []
-        received: dict[int, int] = {}
-        for t in class_tasks[c]:
-            own = [d for d in graph.deps[t] if c in graph.participants[d]]
-            waits = list(own)
-            for d in graph.deps[t]:
-                if c in graph.participants[d] or graph.kind[d] != "p2p":
-                    continue  # other cross-rank edges have no Chakra form
-                if d not in received:
-                    src = r - offset(d, c)
-                    if not 0 <= src < world or owner[src] != graph.participants[d][0]:
-                        continue
-                    recv = base_node(n + d, f"recv {graph.name[d]}", pb.COMM_RECV_NODE, d)
-                    for key, v in (("comm_src", src), ("comm_dst", r), ("comm_tag", d)):
-                        attr(recv, key, int32_val=v)
-                    size = _field(graph.comm_bytes, d, 0.0)
-                    attr(recv, "comm_size", int64_val=round(size))
-                    attr(recv, A_BYTES, double_val=size)
-                    recv.data_deps.extend(own)
-                    nodes.append(recv)
-                    received[d] = n + d
-                waits.append(received[d])
-            node = task_node(t, r, c)
-            node.data_deps.extend(waits)
-            nodes.append(node)
-        meta = pb.GlobalMetadata(version="0.0.4")
-        meta.attr.extend([pb.AttributeProto(name="schema", string_val=SCHEMA),
-                          pb.AttributeProto(name="generator", string_val="trainsim"),
-                          pb.AttributeProto(name=M_RANK, int64_val=r),
-                          pb.AttributeProto(name=M_STAGE, int64_val=rc.stage),
-                          pb.AttributeProto(name=M_STATIC, double_val=rc.static_bytes)])
-        path = out / f"{prefix}.{r}.et"
-        try:
-            with open(path, "wb") as f:
-                lib.encodeMessage(f, meta)
+    def files() -> Iterator[tuple[OutputTarget, Payload]]:
+        for i, r in enumerate(wanted):
+            c = owner[r]
+            rc = graph.classes[c]
+            nodes: list[Any] = []
+            received: dict[int, int] = {}
+            for t in class_tasks[c]:
+                own = [d for d in graph.deps[t] if c in graph.participants[d]]
+                waits = list(own)
+                for d in graph.deps[t]:
+                    if c in graph.participants[d] or graph.kind[d] != "p2p":
+                        continue  # other cross-rank edges have no Chakra form
+                    if d not in received:
+                        src = r - offset(d, c)
+                        if not 0 <= src < world or owner[src] != graph.participants[d][0]:
+                            continue
+                        recv = base_node(n + d, f"recv {graph.name[d]}", pb.COMM_RECV_NODE, d)
+                        for key, v in (("comm_src", src), ("comm_dst", r), ("comm_tag", d)):
+                            attr(recv, key, int32_val=v)
+                        size = _field(graph.comm_bytes, d, 0.0)
+                        attr(recv, "comm_size", int64_val=round(size))
+                        attr(recv, A_BYTES, double_val=size)
+                        recv.data_deps.extend(own)
+                        nodes.append(recv)
+                        received[d] = n + d
+                    waits.append(received[d])
+                node = task_node(t, r, c)
+                node.data_deps.extend(waits)
+                nodes.append(node)
+            meta = pb.GlobalMetadata(version="0.0.4")
+            meta.attr.extend([pb.AttributeProto(name="schema", string_val=SCHEMA),
+                              pb.AttributeProto(name="generator", string_val="trainsim"),
+                              pb.AttributeProto(name=M_RANK, int64_val=r),
+                              pb.AttributeProto(name=M_STAGE, int64_val=rc.stage),
+                              pb.AttributeProto(name=M_STATIC, double_val=rc.static_bytes)])
+
+            def emit(fh: BinaryIO, meta: Any = meta, nodes: list[Any] = nodes) -> None:
+                lib.encodeMessage(fh, meta)
                 for node in nodes:
-                    lib.encodeMessage(f, node)
-        except OSError as exc:
-            raise ConfigError(str(path), f"cannot write: {exc.strerror}", "choose a writable directory") from None
-        written.append(path)
-    groups_path = out / f"{prefix}{COMM_GROUP_SUFFIX}"
+                    lib.encodeMessage(fh, node)
+
+            yield check_output(out / f"{prefix}.{r}.et", "--out"), emit
+            if progress is not None:
+                progress(i + 1, len(wanted))
+        # last: the ranks' files named the groups
+        yield (check_output(out / f"{prefix}{COMM_GROUP_SUFFIX}", "--out"),
+               json.dumps({name: list(grp) for grp, name in pg_names.items()}, indent=1))
+
+    paths = [out / f"{prefix}.{r}.et" for r in wanted] + [out / f"{prefix}{COMM_GROUP_SUFFIX}"]
+    created = not out.exists()
     try:
-        groups_path.write_text(json.dumps({name: list(grp) for grp, name in pg_names.items()}, indent=1))
+        out.mkdir(parents=True, exist_ok=True)
+        Outputs().write(files())
     except OSError as exc:
-        raise ConfigError(str(groups_path), f"cannot write: {exc.strerror}", "choose a writable directory") from None
-    written.append(groups_path)
-    return written
+        raise ConfigError("--out", f"cannot create {out}: {exc.strerror}", "choose a writable directory") from None
+    finally:
+        if created and not any(p.exists() for p in paths):
+            with contextlib.suppress(OSError):
+                out.rmdir()  # nothing was written: leave no empty directory behind
+    return paths

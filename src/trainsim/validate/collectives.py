@@ -9,6 +9,7 @@ nccl-tests, which is also `NcclComm`'s convention; a forced NCCL_PROTO / NCCL_AL
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -91,7 +92,7 @@ def _row_outcome(i: int, row: dict[str, str], calibration: Calibration) -> Outco
         size, measured_us = float(row["size_bytes"]), float(row["time_us"])
     except (KeyError, ValueError) as exc:
         return skip(i, case_id, f"unreadable size/time: {exc}", source=sid)
-    if size <= 0 or measured_us <= 0:
+    if not (math.isfinite(size) and math.isfinite(measured_us)) or size <= 0 or measured_us <= 0:
         return skip(i, case_id, "size and time must be positive", source=sid)
     built = row_cluster(row)
     if isinstance(built, str):

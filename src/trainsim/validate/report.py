@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import io
 import math
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -29,7 +29,8 @@ def print_validation(report: ValidationReport, console: Console | None = None, s
                                                            f" (the {len(shown)} largest errors; --all for every row)")
     t = Table(title=title)
     for col in ("row", "case", "metric", "predicted", "measured", "error %"):
-        t.add_column(col, justify="right" if col not in ("case", "metric") else "left")
+        t.add_column(col, justify="right" if col not in ("case", "metric") else "left",
+                     overflow="fold" if col == "case" else "ellipsis")  # a narrow console wraps names, never cuts
     for o in shown:
         err = o.error_pct or 0.0
         style = "red" if abs(err) > 20 else "yellow" if abs(err) > 10 else ""
@@ -51,15 +52,22 @@ def print_validation(report: ValidationReport, console: Console | None = None, s
                   f"Spearman {_fmt(s['spearman'])}  Kendall {_fmt(s['kendall'])}")
 
 
-def plot_validation(report: ValidationReport, path: Path) -> None:
-    """Predicted vs measured scatter (log-log) with the y = x line and +-10% band (needs matplotlib)."""
-    try:
-        import matplotlib
+def require_matplotlib() -> None:
+    """Fail at once (before any row is simulated) when the plot extra is missing."""
+    import importlib.util
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot", "matplotlib is not installed", "pip install 'trainsim[plot]'") from None
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("--plot", "matplotlib is not installed", "pip install 'trainsim[plot]'")
+
+
+def plot_validation(report: ValidationReport) -> bytes:
+    """Predicted vs measured scatter (log-log) with the y = x line and +-10% band, as PNG bytes."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     rows = report.compared
     if not rows:
         raise ConfigError("--plot", "no compared rows to plot", "check the skipped rows")
@@ -83,9 +91,9 @@ def plot_validation(report: ValidationReport, path: Path) -> None:
     ax.set_title(f"{report.kind}: n={s['n']}, MAPE {s['mape']:.1f}%")
     ax.legend(fontsize=8)
     fig.tight_layout()
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        raise ConfigError("--plot", f"cannot write {path}: {exc.strerror}", "choose a writable path") from None
+        fig.savefig(buf, format="png", dpi=120)
     finally:
         plt.close(fig)
+    return buf.getvalue()

@@ -6,7 +6,6 @@ worker processes (each simulation is independent and pure), in input order.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections import defaultdict
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..files import read_csv
 from .cases import Outcome, skip
 from .stats import error_summary, kendall, spearman
 
@@ -86,17 +86,9 @@ def ranking_groups(outcomes: Iterable[Outcome]) -> dict[str, dict[str, float]]:
     return out
 
 
-def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
-            header = list(reader.fieldnames or [])
-    except OSError as exc:
-        raise ConfigError("CASES", f"cannot read {path}: {exc.strerror}", "pass an existing CSV file") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise ConfigError("CASES", f"{path} is not a readable CSV ({exc})", "pass a comma-separated file") from None
-    return header, rows
+def read_rows(path: Path, field: str = "CASES") -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows of a measurement CSV (files.read_csv: bounded, UTF-8, one-line errors)."""
+    return read_csv(path, field, what="measurement CSV")
 
 
 def detect_kind(header: list[str]) -> str:

@@ -35,9 +35,10 @@ def _num(row: dict[str, str], key: str) -> float | None:
     if not v:
         return None
     try:
-        return float(v)
+        x = float(v)
     except ValueError:
         return None
+    return x if math.isfinite(x) else None
 
 
 def _int(row: dict[str, str], key: str) -> int | None:

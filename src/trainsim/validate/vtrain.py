@@ -32,10 +32,14 @@ def row_job(row: dict[str, str]) -> dict[str, Any] | str:
         tp, dp, pp = (int(row[k]) for k in ("tensor parallelism", "data parallelism", "pipeline parallelism"))
     except (KeyError, ValueError) as exc:
         return f"unreadable column: {exc}"
+    if min(g, gb, mb, h, a, lay, s, tp, dp, pp) < 1:
+        return "counts and sizes must be positive"
     if tp * dp * pp != g:
         return f"tp*dp*pp = {tp * dp * pp} != # GPUs {g}"
     if gb % (mb * dp):
         return f"global batch {gb} is not a multiple of micro batch x dp = {mb * dp}"
+    if _measured_s(row) is None:
+        return f"unreadable measurement: 'iteration time (ms)' = {row.get('iteration time (ms)', '')!r}"
     gpn = min(8, g)
     return {
         "model": {"name": "custom", "layers": lay, "hidden": h, "heads": a, "seq_len": s, "vocab": padded_vocab(tp),
@@ -48,8 +52,18 @@ def row_job(row: dict[str, str]) -> dict[str, Any] | str:
     }
 
 
+def _measured_s(row: dict[str, str]) -> float | None:
+    """The row's measured iteration time in seconds, None when the cell is empty, not a number or not positive."""
+    try:
+        ms = float(row.get("iteration time (ms)", ""))
+    except ValueError:
+        return None
+    return ms / 1e3 if math.isfinite(ms) and ms > 0 else None
+
+
 def outcome(row_index: int, row: dict[str, str], job: dict[str, Any], iteration_s: float) -> Outcome:
-    measured_s = float(row["iteration time (ms)"]) / 1e3
+    measured_s = _measured_s(row)
+    assert measured_s is not None, "row_job skips rows without a measurement"
     st = job["strategy"]
     m = job["model"]
     case_id = (f"vtrain-{row['# GPUs']}gpu-h{m['hidden']}-l{m['layers']}-tp{st['tp']}-dp{st['dp']}-pp{st['pp']}"

@@ -7,13 +7,13 @@ silently: it is named in the config's `assumptions` (and so in the model's descr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..files import load_json
 from .ir import Model
 from .zoo.transformer import TransformerConfig, build_transformer
 
@@ -96,18 +96,8 @@ def read_hf_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
     p = Path(path).expanduser()
     if p.is_dir():
         p = p / "config.json"
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(FIELD, f"cannot read {p}: {exc.strerror or exc}",
-                          "pass the path of a local Hugging Face config.json (nothing is downloaded)") from None
-    except UnicodeDecodeError:
-        raise ConfigError(FIELD, f"{p} is not JSON (not UTF-8 text)", "pass a Hugging Face config.json") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(FIELD, f"{p} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                          "pass a Hugging Face config.json") from None
+    data = load_json(p, FIELD, what="Hugging Face config.json",
+                     fix="pass the path of a local Hugging Face config.json (nothing is downloaded)")
     if not isinstance(data, dict):
         raise ConfigError(FIELD, f"{p} holds a JSON {type(data).__name__}, not an object",
                           "pass a Hugging Face config.json") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...errors import ConfigError
 from ..ir import Model
 from .cnn import CNN_MODELS, build_cnn
 from .dlrm import build_dlrm
@@ -43,7 +44,24 @@ def transformer_config(name: str, **dims: int | None) -> TransformerConfig:
         fields["seq_len"] = int(given["seq_len"])
         if base.max_positions is not None:
             fields["max_positions"] = max(base.max_positions, int(given["seq_len"]))
-    return replace(base, **fields)
+    cfg = replace(base, **fields)
+    _check_heads(cfg, given)
+    return cfg
+
+
+def _check_heads(cfg: TransformerConfig, given: dict[str, int | None]) -> None:
+    """Heads must divide hidden and kv heads must divide heads; the error names the overridden key."""
+    if cfg.head_size is None and cfg.hidden % cfg.heads:
+        field = "model.heads" if "heads" in given or "hidden" not in given else "model.hidden"
+        divisors = [d for d in range(1, min(cfg.hidden, 256) + 1) if cfg.hidden % d == 0][-6:]
+        fix = (f"use a head count dividing {cfg.hidden} (e.g. {', '.join(map(str, divisors))})"
+               if field == "model.heads" else f"use a hidden size that is a multiple of {cfg.heads}")
+        raise ConfigError(field, f"{cfg.heads} attention heads do not divide hidden size {cfg.hidden}", fix)
+    if cfg.heads % cfg.kv:
+        field = "model.kv_heads" if "kv_heads" in given or "heads" not in given else "model.heads"
+        divisors = [d for d in range(1, cfg.heads + 1) if cfg.heads % d == 0]
+        raise ConfigError(field, f"{cfg.kv} key/value heads do not divide {cfg.heads} attention heads",
+                          f"use kv heads among {', '.join(map(str, divisors[-8:]))}")
 
 
 def is_transformer(name: str) -> bool:
@@ -58,6 +76,9 @@ def build_model(name: str, batch: int, seq_len: int | None = None, attention: st
         return build_transformer(cfg, batch, cfg.seq_len, attention)
     if any(v is not None for v in dims.values()):
         raise KeyError(f"--layers/--hidden/... only apply to transformers, not {name}")
+    if seq_len is not None and (name in CNN_MODELS or name == "dlrm"):
+        raise ConfigError("model.seq_len", f"{name} has no sequence (it takes images or feature rows)",
+                          "drop --seq-len for this model")
     if name in CNN_MODELS:
         return build_cnn(name, batch)
     if name == "dlrm":

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...errors import ConfigError
+from ...limits import MAX_FFN, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB
 from ..ir import Layer, Model, Module, Op, OpKind, SavedTensor
 
 NORM_FLOPS_PER_ELEM = 5.0  # mean, var, normalise, scale, shift
@@ -219,10 +221,22 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
     return Layer("head", "head", ops, tied_to="embedding" if tied else None, tied_op="lm_head" if tied else None)
 
 
+def _check_size(cfg: TransformerConfig, seq_len: int) -> None:
+    """The work bounds of trainsim.limits for a config from any source (built-in, --hf-config, Python)."""
+    for key, value, limit in (("layers", cfg.layers, MAX_LAYERS), ("hidden", cfg.hidden, MAX_HIDDEN),
+                              ("heads", cfg.heads, MAX_HEADS), ("kv_heads", cfg.kv, MAX_HEADS),
+                              ("ffn", cfg.ffn, MAX_FFN), ("vocab", cfg.vocab, MAX_VOCAB),
+                              ("seq_len", seq_len, MAX_SEQ_LEN)):
+        if value > limit:
+            raise ConfigError(f"model.{key}", f"{cfg.name or 'the model'} has {key} = {value:,}, above the limit of "
+                              f"{limit:,}", f"use a smaller model.{key} (or the matching Hugging Face config key)")
+
+
 def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = None,
                       attention: str = "flash") -> Model:
     """Instantiate the module tree for `batch` sequences of `seq_len` tokens."""
     s = seq_len or cfg.seq_len
+    _check_size(cfg, s)
     if cfg.position == "learned" and cfg.max_positions and s > cfg.max_positions:
         raise ValueError(f"seq_len {s} exceeds {cfg.name}'s {cfg.max_positions} learned positions")
     cfg_s = replace(cfg, seq_len=s)

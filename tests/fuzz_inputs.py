@@ -1,0 +1,202 @@
+"""Hypothesis strategies for bad (and good) input to every command: argument lists, YAML documents, CSV
+files and trace files. Each strategy in COMMANDS draws (argv, files): the command line and the files to
+create in the run's empty directory first. Shared by tests/test_fuzz.py and benchmarks/input_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+
+import yaml
+from hypothesis import strategies as st
+
+Example = tuple[list[str], dict[str, bytes]]
+OUTPUT_FLAGS = frozenset({"--json", "--trace", "--dump-config", "--dump-strategy", "--plot", "--out"})
+
+# values a user might type: valid small ones, boundary ones, absurd ones and wrong types
+INTS = st.sampled_from(["1", "2", "4", "8", "0", "-1", "3", "7", "1000000000000", "9223372036854775808", "1.5",
+                        "x", "", "nan", "1e9"])
+SMALL_INTS = st.sampled_from(["1", "2", "4", "8"])
+FLOATS = st.sampled_from(["25", "1.5", "0", "-1", "nan", "inf", "-inf", "1e-320", "1e400", "x", "", "1e9"])
+WORDS = st.sampled_from(["", "x", "none", "auto", "☃", "a" * 300, "-", "--", "../x", "/", "1"])
+OUTPUT_PATHS = st.sampled_from(["o.json", "", "-", "missing/o.json", ".", "/dev/null", "sub", "sub/o.json",
+                                "/proc/version", "o2.json"])
+
+
+def _choice(valid: list[str]) -> st.SearchStrategy[str]:
+    return st.one_of(st.sampled_from(valid), WORDS)
+
+
+SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
+    "--model": _choice(["gpt2", "gpt3-175b", "llama3-8b", "mixtral-8x7b", "resnet50", "custom", "bert-large",
+                        "dlrm", "no-such"]),
+    "--cluster": _choice(["pcie-titanxp", "dgx-a100", "dgx-h100", "dgx1-v100", "no-such"]),
+    "--nodes": INTS, "--gpu": _choice(["h100-sxm", "v100", "titan-xp", "no-gpu"]), "--gpus-per-node": INTS,
+    "--intra-node-gbps": FLOATS, "--nics-per-node": INTS, "--nic-gbps": FLOATS,
+    "--topology": _choice(["Ring(4)_Switch(2)", "conv-4d", "Ring(100000)_Switch(100000)", "Ring(1000000000)",
+                           "Swtch(4)", "Ring(0)", "FC(8)"]),
+    "--bandwidth": st.sampled_from(["100,25", "1", "x", "", "nan,1", "-1,2"]),
+    "--latency": st.sampled_from(["500,500", "1", "x", "", "inf"]),
+    "--comm-model": _choice(["nccl", "analytical"]), "--scheduler": _choice(["baseline", "themis"]),
+    "--dp": INTS, "--tp": SMALL_INTS | INTS, "--pp": SMALL_INTS | INTS, "--cp": INTS, "--ep": INTS, "--vpp": INTS,
+    "--sp": None, "--no-sp": None, "--zero": INTS, "--fsdp": None,
+    "--recompute": _choice(["none", "selective", "full"]),
+    "--schedule": _choice(["gpipe", "1f1b", "interleaved", "dynamic"]), "--max-ongoing": INTS,
+    "--micro-batch": INTS, "--global-batch": INTS, "--no-overlap-grad-reduce": None,
+    "--overlap-param-gather": None, "--tp-comm-overlap": None, "--no-p2p-scatter-gather": None,
+    "--offload": _choice(["none", "cpu", "nvme", "remote"]),
+    "--seq-len": INTS, "--layers": INTS, "--hidden": INTS, "--heads": INTS, "--kv-heads": INTS, "--ffn": INTS,
+    "--vocab": INTS, "--attention": _choice(["flash", "unfused"]),
+    "--dtype": _choice(["auto", "bf16", "fp16", "fp8", "fp32", "tf32", "int3"]), "--gamma": FLOATS,
+    "--exact": None, "--no-bandwidth-sharing": None, "--granularity": _choice(["auto", "layer", "op"]),
+}
+COLLECTIVE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
+    "--op": _choice(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+                     "send_recv"]),
+    "--bytes": st.sampled_from(["1GiB", "64MiB", "500MB", "1073741824", "1e400", "1.5", "0", "-1", "nan", "x",
+                                "1e30", ""]),
+    "--bandwidth": st.sampled_from(["100,25", "100", "1e-320", "x", "nan"]),
+    "--latency": st.sampled_from(["500,500", "500", "-1", "inf"]),
+    "--bandwidth-unit": _choice(["GB", "GiB"]), "--scheduler": _choice(["baseline", "themis"]),
+    "--chunks": INTS, "--algorithms": st.sampled_from(["ring,direct", "ring", "x", "", "in_switch,in_switch"]),
+    "--ranks": INTS, "--model": _choice(["nccl", "analytical"]), "--peer": INTS,
+}
+GPT2_SMALL = ["--model", "gpt2", "--cluster", "pcie-titanxp", "--tp", "2", "--pp", "2", "--dp", "2",
+              "--global-batch", "8"]
+
+
+def flags(table: dict[str, st.SearchStrategy[str] | None], max_flags: int) -> st.SearchStrategy[list[str]]:
+    """Up to `max_flags` distinct flags of `table`, each with a drawn value (None: a switch)."""
+    @st.composite
+    def build(draw: st.DrawFn) -> list[str]:
+        names = draw(st.lists(st.sampled_from(sorted(table)), max_size=max_flags, unique=True))
+        argv: list[str] = []
+        for name in names:
+            value = table[name]
+            argv += [name] if value is None else [name, draw(value)]
+        return argv
+
+    return build()
+
+
+def outputs(names: list[str]) -> st.SearchStrategy[list[str]]:
+    """Up to two output flags with awkward paths (empty, '-', a directory, a missing directory, a device)."""
+    return st.lists(st.tuples(st.sampled_from(names), OUTPUT_PATHS), max_size=2).map(
+        lambda pairs: [x for pair in pairs for x in pair])
+
+
+CELLS = st.sampled_from(["", "x", "nan", "inf", "-1", "0", "1", "8", "2", "64", "1e300", "1.5", "☃", "a100",
+                         "h100", "all_reduce", "1024", '"1,2"'])
+CSV_HEADERS = [
+    "case_id,tier,subset,model,params_b,n_layers,hidden,n_heads,seq_len,global_batch,micro_batch,gpu,n_gpus,"
+    "tp,pp,dp,iter_time_s,tflops_per_gpu",
+    "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
+    "data parallelism,pipeline parallelism,iteration time (ms)",
+    "source_id,collective,size_bytes,time_us,n_gpus,n_nodes,gpus_per_node,gpu,inter_fabric",
+    "m,n,k,dtype,gpu,tflops", "a,b,c",
+]
+
+
+@st.composite
+def csv_files(draw: st.DrawFn) -> bytes:
+    """A CSV in one of the formats validate/calibrate read, with rows of awkward cells (or a bad prefix)."""
+    header = draw(st.sampled_from(CSV_HEADERS))
+    width = len(header.split(","))
+    rows = draw(st.lists(st.lists(CELLS, min_size=max(0, width - 2), max_size=width + 1), max_size=3))
+    text = header + "\n" + "".join(",".join(r) + "\n" for r in rows)
+    if draw(st.booleans()):
+        return text.encode()
+    return draw(st.sampled_from([b"\xff\xfe", b"", b"\x00\x01", b"a,b\n\"unterminated"])) + text.encode()
+
+
+YAML_KEYS = {
+    "model": ["name", "seq_len", "layers", "hidden", "heads", "kv_heads", "attention", "hf_config", "bogus"],
+    "cluster": ["name", "nodes", "gpu", "gpus_per_node", "nic_gbps", "topology", "bandwidth_gbps", "bogus"],
+    "strategy": ["tp", "pp", "dp", "zero", "fsdp", "recompute", "schedule", "micro_batch", "global_batch", "tree",
+                 "sequence_parallel", "bogus"],
+    "simulation": ["dtype", "gamma", "exact", "granularity", "calibration", "comm_model", "bogus"],
+}
+YAML_SCALARS = st.one_of(st.sampled_from([True, False, None, 0, 1, 2, 8, -1, 10**12, 1.5, float("nan"),
+                                          float("inf"), "gpt2", "pcie-titanxp", "dgx-a100", "", "x", "bf16", "full",
+                                          "1f1b", "/dev/zero", "missing.yaml"]),
+                         st.text(max_size=8))
+
+
+@st.composite
+def yaml_jobs(draw: st.DrawFn) -> bytes:
+    """A job YAML with schema keys (and a bogus one) holding awkward values, sometimes with a broken tail."""
+    doc: dict = {}
+    for section, keys in YAML_KEYS.items():
+        if draw(st.booleans()):
+            doc[section] = {k: draw(YAML_SCALARS | st.lists(YAML_SCALARS, max_size=2))
+                            for k in draw(st.lists(st.sampled_from(keys), max_size=3, unique=True))}
+    if draw(st.integers(0, 5)) == 0:
+        doc[draw(st.sampled_from(["model", "extra", "strategy"]))] = draw(YAML_SCALARS)
+    text = yaml.safe_dump(doc, allow_unicode=True)
+    tail = draw(st.sampled_from(["", "", "", "model: {name: gpt2}\n", "&a [*a]\n", "{", "\t- x\n"]))
+    return (text + tail).encode()
+
+
+@st.composite
+def et_files(draw: st.DrawFn) -> dict[str, bytes]:
+    """Per-rank Chakra ET files of random (sometimes gzipped) bytes, with or without a comm-group JSON."""
+    n = draw(st.integers(1, 3))
+    blobs = [draw(st.binary(max_size=64)) for _ in range(n)]
+    if draw(st.booleans()):
+        blobs = [gzip.compress(b) if draw(st.booleans()) else b"\x1f\x8b" + b for b in blobs]
+    files = {f"p.{i}.et": b for i, b in enumerate(blobs)}
+    if draw(st.booleans()):
+        files["p.comm_group.json"] = draw(st.sampled_from([b'{"1": [0, 1]}', b"[1, 2]", b"{", b'{"1": [99]}',
+                                                           b"\xff", b"[" * 10000, b'{"1": NaN}']))
+    return files
+
+
+def _no_files(argv: st.SearchStrategy[list[str]]) -> st.SearchStrategy[Example]:
+    return argv.map(lambda a: (a, {}))
+
+
+_EXPORT_FLAGS = {k: SIMULATE_FLAGS[k] for k in ("--model", "--cluster", "--nodes", "--dp", "--tp", "--pp", "--sp",
+                                               "--zero", "--recompute", "--global-batch", "--layers", "--dtype",
+                                               "--granularity")}
+
+COMMANDS: dict[str, st.SearchStrategy[Example]] = {
+    "simulate (flags)": _no_files(st.tuples(flags(SIMULATE_FLAGS, 6), outputs(
+        ["--json", "--trace", "--dump-config", "--dump-strategy"])).map(lambda x: ["simulate", "-q", *x[0], *x[1]])),
+    "simulate (YAML job)": yaml_jobs().map(lambda doc: (["simulate", "job.yaml", "-q", "--json", "o.json"],
+                                                        {"job.yaml": doc})),
+    "collective": _no_files(st.tuples(
+        st.sampled_from([["--topology", "Ring(4)_Switch(2)"], ["--cluster", "dgx-a100"], ["--topology", "conv-4d"],
+                         ["--topology", "Ring(100000)_Switch(100000)"], ["--cluster", "nosuch"], []]),
+        flags(COLLECTIVE_FLAGS, 5), outputs(["--json"])).map(lambda x: ["collective", *x[0], *x[1], *x[2]])),
+    "validate": st.tuples(csv_files(), st.lists(st.sampled_from(
+        ["--tier", "A", "--subset", "core", "--jobs", "0", "--jobs", "1", "--max-mape", "-1", "--max-mape", "nan",
+         "--all", "-q"]), max_size=3), outputs(["--json", "--plot"])).map(
+        lambda x: (["validate", "cases.csv", *x[1], *x[2]], {"cases.csv": x[0]})),
+    "calibrate": st.tuples(csv_files(), st.sampled_from(["a100", "nosuch", "", "h100"]),
+                           st.sampled_from(["1", "0", "-3", "x"]),
+                           st.sampled_from(["cal.yaml", "", "sub", "missing/c.yaml"])).map(
+        lambda x: (["calibrate", "m.csv", "--out", x[3], "--family", x[1], "--every", x[2], "--fit", "gamma"],
+                   {"m.csv": x[0]})),
+    "chakra export": _no_files(st.tuples(
+        flags(_EXPORT_FLAGS, 5), st.sampled_from(["chakra", "", "..", "o.json", "sub"]),
+        st.sampled_from(["g", "../escape", "", ".", "a/b"]),
+        st.sampled_from(["0-1", "0-3,8", "x", "", "5-2", "99999999999"])).map(
+        lambda x: ["chakra", "export", *GPT2_SMALL, "--granularity", "layer", *x[0], "--out", x[1], "--prefix", x[2],
+                   "--ranks", x[3]])),
+    # the YAML job is read and checked, then made small (exporting 1,024 ranks is slow, not wrong)
+    "chakra export (YAML job)": yaml_jobs().map(lambda doc: (
+        ["chakra", "export", "job.yaml", "--model", "gpt2", "--cluster", "pcie-titanxp", "--nodes", "1", "--out",
+         "et"], {"job.yaml": doc})),
+    "chakra run (trace files)": st.tuples(et_files(), st.lists(st.sampled_from(
+        ["--durations", "recorded", "--cpu-ops", "skip", "--dtype", "int3", "--nodes", "0", "--cluster", "nosuch",
+         "--json", "o.json"]), max_size=4)).map(lambda x: (["chakra", "run", "p", *x[1]], x[0])),
+    "models, clusters, help, version": _no_files(st.sampled_from(
+        [[], ["models"], ["clusters"], ["models", "x"], ["clusters", "--json"], ["nosuch"], ["chakra"],
+         ["chakra", "nosuch"], ["--version"], ["--help"], ["simulate", "--help"],
+         ["simulate", "--tensor-parallel", "2"], ["simulate", "a.yaml", "b.yaml"]])),
+}
+
+
+def asked_outputs(argv: list[str]) -> tuple[str, ...]:
+    """The paths an exit-0 run was asked to write (values of the output flags)."""
+    return tuple(a for i, a in enumerate(argv) if i and argv[i - 1] in OUTPUT_FLAGS)
