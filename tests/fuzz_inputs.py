@@ -87,24 +87,33 @@ def outputs(names: list[str]) -> st.SearchStrategy[list[str]]:
 
 CELLS = st.sampled_from(["", "x", "nan", "inf", "-1", "0", "1", "8", "2", "64", "1e300", "1.5", "☃", "a100",
                          "h100", "all_reduce", "1024", '"1,2"'])
-CSV_HEADERS = [
-    "case_id,tier,subset,model,params_b,n_layers,hidden,n_heads,seq_len,global_batch,micro_batch,gpu,n_gpus,"
-    "tp,pp,dp,iter_time_s,tflops_per_gpu",
-    "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
-    "data parallelism,pipeline parallelism,iteration time (ms)",
-    "source_id,collective,size_bytes,time_us,n_gpus,n_nodes,gpus_per_node,gpu,inter_fabric",
-    "m,n,k,dtype,gpu,tflops", "a,b,c",
+CSV_FORMATS = [  # (header, a valid row): each drawn row is the valid one with some cells replaced
+    ("case_id,tier,subset,model_name,arch,n_layers,hidden,n_heads,seq_len,vocab,params_b,gpu,n_gpus,"
+     "gpus_per_node,dp,tp,pp,micro_batch,global_batch,iter_time_s,flops_convention",
+     "r1,A,core,GPT-1.3B,GPT,24,2048,16,2048,51200,1.3,A100-SXM4,8,8,4,2,1,2,64,1.5,Megatron model FLOPs"),
+    ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
+     "data parallelism,pipeline parallelism,iteration time (ms)", "8,16,2,1024,16,4,512,2,4,1,120.5"),
+    ("source_id,collective,size_bytes,time_us,n_gpus,n_nodes,gpus_per_node,gpu,inter_fabric",
+     "nccl-tests,all_reduce,1048576,100,8,1,8,A100,NVLink"),
+    ("m,n,k,dtype,gpu,tflops", "4096,4096,4096,bf16,a100-80gb,250"),
+    ("a,b,c", "1,2,3"),
 ]
 
 
 @st.composite
 def csv_files(draw: st.DrawFn) -> bytes:
-    """A CSV in one of the formats validate/calibrate read, with rows of awkward cells (or a bad prefix)."""
-    header = draw(st.sampled_from(CSV_HEADERS))
-    width = len(header.split(","))
-    rows = draw(st.lists(st.lists(CELLS, min_size=max(0, width - 2), max_size=width + 1), max_size=3))
-    text = header + "\n" + "".join(",".join(r) + "\n" for r in rows)
-    if draw(st.booleans()):
+    """A CSV in one of the formats validate/calibrate read: valid rows with some awkward cells (or a bad
+    prefix), so that both the accepted and the refused paths are exercised."""
+    header, valid = draw(st.sampled_from(CSV_FORMATS))
+    rows = []
+    for _ in range(draw(st.integers(0, 3))):
+        cells = valid.split(",")
+        for i in draw(st.lists(st.integers(0, len(cells) - 1), max_size=2)):
+            cells[i] = draw(CELLS)
+        cells += draw(st.lists(CELLS, max_size=1))  # sometimes a cell too many
+        rows.append(",".join(cells))
+    text = header + "\n" + "".join(r + "\n" for r in rows)
+    if draw(st.integers(0, 3)) < 3:
         return text.encode()
     return draw(st.sampled_from([b"\xff\xfe", b"", b"\x00\x01", b"a,b\n\"unterminated"])) + text.encode()
 
@@ -169,12 +178,13 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
                          ["--topology", "Ring(100000)_Switch(100000)"], ["--cluster", "nosuch"], []]),
         flags(COLLECTIVE_FLAGS, 5), outputs(["--json"])).map(lambda x: ["collective", *x[0], *x[1], *x[2]])),
     "validate": st.tuples(csv_files(), st.lists(st.sampled_from(
-        ["--tier", "A", "--subset", "core", "--jobs", "0", "--jobs", "1", "--max-mape", "-1", "--max-mape", "nan",
-         "--all", "-q"]), max_size=3), outputs(["--json", "--plot"])).map(
-        lambda x: (["validate", "cases.csv", *x[1], *x[2]], {"cases.csv": x[0]})),
+        [["--tier", "A"], ["--subset", "core"], ["--jobs", "0"], ["--jobs", "1"], ["--max-mape", "-1"],
+         ["--max-mape", "nan"], ["--max-mape", "10"], ["--all"], ["-q"], ["--jobs"]]), max_size=2),
+        outputs(["--json", "--plot"])).map(
+        lambda x: (["validate", "cases.csv", *(a for pair in x[1] for a in pair), *x[2]], {"cases.csv": x[0]})),
     "calibrate": st.tuples(csv_files(), st.sampled_from(["a100", "nosuch", "", "h100"]),
-                           st.sampled_from(["1", "0", "-3", "x"]),
-                           st.sampled_from(["cal.yaml", "", "sub", "missing/c.yaml"])).map(
+                           st.sampled_from(["1", "1", "2", "0", "-3", "x"]),
+                           st.sampled_from(["cal.yaml", "c2.yaml", "", "sub", "missing/c.yaml"])).map(
         lambda x: (["calibrate", "m.csv", "--out", x[3], "--family", x[1], "--every", x[2], "--fit", "gamma"],
                    {"m.csv": x[0]})),
     "chakra export": _no_files(st.tuples(

@@ -6,6 +6,7 @@ workload -> strategy -> compile (templates) -> cost (annotate) -> compile (graph
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import time
 from collections import defaultdict
@@ -446,6 +447,9 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
     trace = run(graph, gamma=gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=sharing,
                 progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
     iteration = max(trace.end_s) if len(graph) else 0.0
+    if not (math.isfinite(iteration) and iteration > 0):  # the field bounds should make this unreachable
+        raise ConfigError("simulation", f"the predicted iteration time is {iteration!r} s, not a positive number",
+                          "check the cluster's bandwidths and the model's sizes for extreme values")
     per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
     weights = [rc.multiplicity for rc in graph.classes]
     total_w = sum(weights)

@@ -323,9 +323,8 @@ class Outputs:
             return None
         target = check_output(path, field)
         for other in self.targets:
-            same = (target.final is None and other.final is None) or (
-                target.final is not None and other.final is not None and not target.in_place
-                and not other.in_place and target.final == other.final)
+            same = (target.to_stdout and other.to_stdout) or (
+                not target.in_place and not other.in_place and target.final == other.final)
             if same:
                 raise ConfigError(field, f"{target.path} is also the {other.field} output", "give each output its own path")
         self.targets.append(target)
