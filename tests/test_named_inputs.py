@@ -66,6 +66,19 @@ def test_json_to_stdout_with_dash_and_dev_stdout(tmp_path: Path) -> None:
         assert json.loads(run.stdout)["n_gpus"] == 8  # the summary stays off stdout when JSON goes there
 
 
+def test_every_json_output_can_go_to_stdout_alone(tmp_path: Path) -> None:
+    """`--json -` on each command that has it: stdout is exactly the JSON (reports and progress stay off it)."""
+    (tmp_path / "c.csv").write_text("source_id,collective,size_bytes,time_us,n_gpus,n_nodes,gpus_per_node,gpu,"
+                                    "inter_fabric\nx,all_reduce,1048576,100,8,1,8,A100,NVLink\n")
+    for argv, key in ((["validate", "c.csv", "--json", "-"], "summary"),
+                      (["collective", "--cluster", "dgx-a100", "--ranks", "8", "--json", "-"], "time_us"),
+                      (["simulate", *GPT2, "--json", "/dev/stdout"], "iteration_time_s")):
+        run = run_cli(argv, tmp_path)
+        check_promise(run)
+        assert run.returncode == 0, run.stderr
+        assert key in json.loads(run.stdout), argv
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 def test_device_output_is_written_in_place_not_replaced(tmp_path: Path) -> None:
     run = run_cli(["simulate", *GPT2, "--json", "o.json", "--trace", "/dev/full", "-q"], tmp_path)

@@ -221,7 +221,7 @@ def validate(
     if not rows:
         raise ConfigError("CASES", f"no rows in {cases} (after filters)", "check --tier/--subset")
     cal = str(calibration) if calibration else None
-    with Progress(transient=True, disable=quiet) as bar:
+    with Progress(console=Console(stderr=True), transient=True, disable=quiet) as bar:
         task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
         report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx)
     payloads: dict[OutputTarget | None, Payload] = {}
@@ -231,7 +231,9 @@ def validate(
         payloads[plot_target] = plot_validation(report)
     write_outputs(payloads)
     s = report.summary()
-    if quiet:
+    if outs.to_stdout:  # the JSON is the output: the report stays off it
+        pass
+    elif quiet:
         print(f"{kind}: n={s['n']} skipped={s['skipped']} mape={s['mape']:.2f}% median={s['median_ape']:.2f}% "
               f"max={s['max_ape']:.2f}% spearman={s['spearman']:.3f} kendall={s['kendall']:.3f}")
     else:
@@ -286,7 +288,7 @@ def calibrate(
                               "edit the comm: section, then check it with `trainsim validate` on the file")
         idx = list(range(len(rows)))[::every]
         datasets.append(Dataset(kind, rows[::every], idx, path.name))
-    con = Console()
+    con = Console(stderr=out_target.to_stdout)  # with --out -, the YAML alone goes to stdout
     if kernel_files:
         cal, report = fit_kernels(cal, kernel_files)
         for fam, rep in report.items():

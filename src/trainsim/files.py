@@ -33,6 +33,7 @@ MAX_YAML_DEPTH = 64  # nesting levels of a YAML/JSON document (a strategy tree n
 MAX_YAML_NODES = 5_000_000  # YAML nodes once aliases are expanded (a GPT-3 strategy tree has ~40k)
 
 Payload = str | bytes | Callable[[BinaryIO], None]
+STDOUT_PATHS = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -248,7 +249,7 @@ class OutputTarget:
 
     @property
     def to_stdout(self) -> bool:
-        return self.final is None or (self.in_place and str(self.final) in ("/dev/stdout", "/proc/self/fd/1"))
+        return self.final is None
 
 
 def check_output(path: str | Path, field: str) -> OutputTarget:
@@ -259,7 +260,7 @@ def check_output(path: str | Path, field: str) -> OutputTarget:
         raise ConfigError(field, "empty path", "pass a file name such as out.json, or - for standard output")
     if "\0" in text:
         raise ConfigError(field, "the path contains a NUL byte", fix)
-    if text == "-":
+    if text in STDOUT_PATHS:  # written through sys.stdout, whatever fd 1 is (terminal, pipe, a file `>` made)
         return OutputTarget(field, text, None, True)
     p = Path(text).expanduser()
     try:
