@@ -199,7 +199,7 @@ def parse_job(data: dict[str, Any]) -> JobConfig:
         field = _field_of(err)
         msg = err.get("msg", "invalid value")
         fix = "remove it (see `trainsim simulate --help` for the keys)" if err.get("type") == "extra_forbidden" else \
-            f"got {err.get('input')!r}"
+            f"got {_short(err.get('input'))}"
         kind = _KINDS.get(str(err.get("type")))
         if kind is not None:
             msg = f"must be {kind}, not {type(err.get('input')).__name__}"
@@ -311,8 +311,10 @@ def apply_flags(base: dict[str, Any] | None, flags: dict[str, dict[str, Any]]) -
                                              or "topology" in gc or "nodes" in gc):
         drop("strategy", ("dp",), "dp from the GPU count")
     tp = gs.get("tp", section("strategy").get("tp", 1))
-    if tp == 1 and section("strategy").get("sequence_parallel"):
-        drop("strategy", ("sequence_parallel",), "sp off as tp=1")
+    file_strategy = (base or {}).get("strategy")
+    file_sp = isinstance(file_strategy, dict) and "sequence_parallel" in file_strategy
+    if tp == 1 and from_default and not file_sp and section("strategy").get("sequence_parallel") is True:
+        drop("strategy", ("sequence_parallel",), "sp off as tp=1")  # the default's SP; one the user set is checked
     return LayeredJob(merge(out, flags), from_default, notes)
 
 

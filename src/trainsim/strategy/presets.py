@@ -56,7 +56,7 @@ class ParallelSpec:
 
 def _require(cond: bool, field: str, problem: str, fix: str) -> None:
     if not cond:
-        raise ConfigError(field, problem, fix)
+        raise ConfigError(f"strategy.{field}", problem, fix)
 
 
 def validate_spec(model: Model, p: ParallelSpec) -> None:
@@ -87,10 +87,10 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
         _require(p.schedule in ("1f1b", "dynamic"), "max_ongoing_micro_batch",
                  f"caps the 1f1b and dynamic schedules, not {p.schedule}", "use --schedule 1f1b or dynamic")
     if p.schedule == "dynamic" and p.vpp > 1:
-        raise ConfigError("schedule", "the dynamic (HTAE) scheduler runs one model chunk per rank",
+        raise ConfigError("strategy.schedule", "the dynamic (HTAE) scheduler runs one model chunk per rank",
                           "use --vpp 1, or --schedule interleaved")
     if p.schedule == "interleaved" and p.vpp == 1:
-        raise ConfigError("schedule", "interleaved 1F1B needs more than one virtual stage", "set --vpp 2 or more")
+        raise ConfigError("strategy.schedule", "interleaved 1F1B needs more than one virtual stage", "set --vpp 2 or more")
     data = p.micro_batch * p.dp
     _require(p.global_batch % data == 0, "global_batch",
              f"{p.global_batch} is not divisible by micro_batch x dp = {p.micro_batch} x {p.dp} = {data}",
