@@ -5,7 +5,9 @@ create in the run's empty directory first. Shared by tests/test_fuzz.py and benc
 
 from __future__ import annotations
 
+import functools
 import gzip
+import tempfile
 
 import yaml
 from hypothesis import strategies as st
@@ -160,6 +162,41 @@ def et_files(draw: st.DrawFn) -> dict[str, bytes]:
     return files
 
 
+@functools.lru_cache(maxsize=1)
+def valid_et_files() -> dict[str, bytes]:
+    """A real 8-rank workload written by `trainsim chakra export` (gpt2, tp2 x pp2 x dp2), to mutate."""
+    from trainsim.api import simulate
+    from trainsim.trace.chakra import write_chakra
+
+    res = simulate(model="gpt2", cluster="pcie-titanxp", strategy={"tp": 2, "pp": 2, "dp": 2, "global_batch": 8},
+                   granularity="layer", bandwidth_sharing=False)
+    with tempfile.TemporaryDirectory() as d:
+        return {p.name.replace("gpt2", "p"): p.read_bytes() for p in write_chakra(res.graph, d, "gpt2")}
+
+
+@st.composite
+def mutated_et_files(draw: st.DrawFn) -> dict[str, bytes]:
+    """A real workload with one mutation: none, a truncated or bit-flipped rank, a missing rank, gzip, or
+    another comm-group JSON."""
+    files = dict(valid_et_files())
+    rank = f"p.{draw(st.integers(0, 7))}.et"
+    kind = draw(st.sampled_from(["none", "truncate", "flip", "drop", "gzip", "groups"]))
+    data = files[rank]
+    if kind == "truncate":
+        files[rank] = data[:draw(st.integers(0, len(data) - 1))]
+    elif kind == "flip":
+        i = draw(st.integers(0, len(data) - 1))
+        files[rank] = data[:i] + bytes([data[i] ^ draw(st.integers(1, 255))]) + data[i + 1:]
+    elif kind == "drop":
+        del files[rank]
+    elif kind == "gzip":
+        files[rank] = gzip.compress(data)
+    elif kind == "groups":
+        files["p.comm_group.json"] = draw(st.sampled_from([b"{}", b'{"1": [0, 1, 2, 3, 4, 5, 6, 7]}', b'{"1": []}',
+                                                           b'{"1": [0, 99]}', b'{"1": "x"}']))
+    return files
+
+
 def _no_files(argv: st.SearchStrategy[list[str]]) -> st.SearchStrategy[Example]:
     return argv.map(lambda a: (a, {}))
 
@@ -197,9 +234,11 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "chakra export (YAML job)": yaml_jobs().map(lambda doc: (
         ["chakra", "export", "job.yaml", "--model", "gpt2", "--cluster", "pcie-titanxp", "--nodes", "1", "--out",
          "et"], {"job.yaml": doc})),
-    "chakra run (trace files)": st.tuples(et_files(), st.lists(st.sampled_from(
-        ["--durations", "recorded", "--cpu-ops", "skip", "--dtype", "int3", "--nodes", "0", "--cluster", "nosuch",
-         "--json", "o.json"]), max_size=4)).map(lambda x: (["chakra", "run", "p", *x[1]], x[0])),
+    "chakra run (trace files)": st.tuples(et_files() | mutated_et_files(), st.lists(st.sampled_from(
+        [["--durations", "recorded"], ["--durations", "x"], ["--cpu-ops", "skip"], ["--dtype", "int3"],
+         ["--dtype", "fp16"], ["--nodes", "0"], ["--nodes", "1"], ["--cluster", "nosuch"], ["--cluster", "dgx-h100"],
+         ["--json", "o.json"], ["--json", "-"], ["--comm-groups", "missing.json"]]), max_size=3)).map(
+        lambda x: (["chakra", "run", "p", *(a for pair in x[1] for a in pair)], x[0])),
     "models, clusters, help, version": _no_files(st.sampled_from(
         [[], ["models"], ["clusters"], ["models", "x"], ["clusters", "--json"], ["nosuch"], ["chakra"],
          ["chakra", "nosuch"], ["--version"], ["--help"], ["simulate", "--help"],

@@ -195,3 +195,23 @@ def test_readers_bound_size_and_decode(tmp_path: Path) -> None:
     assert read_csv(bom, "CASES") == (["a", "b"], [{"a": "1", "b": ""}])
     with pytest.raises(ConfigError, match="directory"):
         load_yaml(tmp_path, "config")
+
+
+def test_sigterm_mid_export_leaves_nothing(tmp_path: Path) -> None:
+    """A run stopped by SIGTERM (a timeout, a scheduler) removes what it had half-written, like Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "trainsim", "chakra", "export", "--granularity", "auto", "--out", "et"],
+                         cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.rglob("*.part")) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)  # until the first rank's file is being written
+    assert list(tmp_path.rglob("*.part")), "the export never started writing"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert not list(tmp_path.iterdir())  # no partial file, no temporary file, no empty directory
