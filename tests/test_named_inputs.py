@@ -215,3 +215,19 @@ def test_sigterm_mid_export_leaves_nothing(tmp_path: Path) -> None:
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "Traceback" not in err, err
     assert not list(tmp_path.iterdir())  # no partial file, no temporary file, no empty directory
+
+
+def test_export_that_cannot_fit_the_disk_is_refused_before_writing(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from trainsim.api import simulate
+    from trainsim.trace import chakra
+
+    res = simulate(model="gpt2", cluster="pcie-titanxp", strategy={"tp": 2, "pp": 2, "global_batch": 8},
+                   granularity="layer")
+    real = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(chakra.shutil, "disk_usage", lambda p: real._replace(free=10_000))
+    with pytest.raises(ConfigError, match="--out.*GiB free"):
+        chakra.write_chakra(res.graph, tmp_path / "et", "g")
+    assert not list(tmp_path.iterdir())
