@@ -35,13 +35,14 @@ def classify(run: Run | None, outputs: tuple[str, ...]) -> str:
     if run.returncode == 0:
         stray = [f for f in run.new_files if not any(f == o or f.startswith(o.rstrip("/") + "/") for o in outputs)]
         return "left files" if stray else "ok-0"
-    if run.returncode == 1 and "--max-mape" in run.argv and run.stderr.startswith("MAPE "):
+    if run.returncode == 1 and "--max-mape" in run.argv and run.stderr.startswith("MAPE ") \
+            and run.stderr.count("\n") == 1:
         return "ok-0"  # validate's check failing is its documented exit 1
     if run.returncode != 2:
         return f"exit {run.returncode}"
     if run.new_files:
         return "left files"
-    lines = run.stderr.strip().splitlines()
+    lines = run.stderr.splitlines()
     return "ok-2" if len(lines) == 1 and lines[0].startswith("error: ") else "not one line"
 
 

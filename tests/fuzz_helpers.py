@@ -55,12 +55,12 @@ def check_promise(run: Run, outputs: tuple[str, ...] = ()) -> None:
     where = f"trainsim {run.argv!r}"
     assert "Traceback" not in run.stderr and "Traceback" not in run.stdout, f"traceback from {where}:\n{run.stderr}"
     if run.returncode == 1 and "--max-mape" in run.argv:  # validate's documented check: MAPE above the bound
-        assert run.stderr.strip().startswith("MAPE ") and len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert run.stderr.startswith("MAPE ") and run.stderr.count("\n") == 1, repr(run.stderr)
         return
     assert run.returncode in (0, 2), f"exit {run.returncode} from {where}:\n{run.stderr[-2000:]}"
     if run.returncode == 2:
-        lines = run.stderr.strip().splitlines()
-        assert len(lines) == 1, f"{len(lines)} stderr lines from {where}:\n{run.stderr[-2000:]}"
+        lines = run.stderr.splitlines()  # exactly one line: no blank line before or after it either
+        assert len(lines) == 1 and run.stderr.endswith("\n"), f"stderr from {where} is not one line:\n{run.stderr!r}"
         assert lines[0].startswith("error: "), f"not an error line from {where}: {lines[0]!r}"
         assert not run.new_files, f"{where} failed but left {run.new_files}"
     else:

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from .cli_chakra import chakra_app
 from .config import DEFAULT_JOB_TEXT, LayeredJob, apply_flags, describe_flags, dump_yaml, load_yaml, parse_job
+from .console import progress_bar
 from .errors import ConfigError
 from .files import Outputs, OutputTarget, Payload, json_text, write_outputs
 from .limits import MAX_COLLECTIVE_CHUNKS, MAX_GPUS, PROGRESS_MIN_TASKS
@@ -197,7 +198,6 @@ def validate(
     quiet: Annotated[bool, Opt("-q", "--quiet", help="print only the summary line")] = False,
 ) -> None:
     """Compare predictions with published measurements, row by row, and summarise the error."""
-    from rich.progress import Progress
 
     from .validate.report import plot_validation, print_validation, require_matplotlib
     from .validate.runner import default_jobs, detect_kind, filter_rows, read_rows, run_rows
@@ -221,7 +221,7 @@ def validate(
     if not rows:
         raise ConfigError("CASES", f"no rows in {cases} (after filters)", "check --tier/--subset")
     cal = str(calibration) if calibration else None
-    with Progress(console=Console(stderr=True), transient=True, disable=quiet) as bar:
+    with progress_bar(quiet=quiet) as bar:
         task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
         report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx)
     payloads: dict[OutputTarget | None, Payload] = {}
@@ -335,13 +335,13 @@ class _ProgressBar:
         if self._bar is None:
             if total < PROGRESS_MIN_TASKS:
                 return
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-            console = Console(stderr=True)
-            if not console.is_terminal:
+            bar = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                               TextColumn("tasks"), TimeElapsedColumn())
+            if bar.disable:
                 return
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("tasks"), TimeElapsedColumn(), console=console, transient=True)
+            self._bar = bar
             self._bar.start()
         if self._task is None:
             self._task = self._bar.add_task(phase, total=total)

@@ -36,7 +36,7 @@ def parse_ranks(text: str | None) -> list[int] | None:
 @chakra_app.command("export")
 def export(
     config: Annotated[Path | None, typer.Argument(help="YAML job file, as for `trainsim simulate`")] = None,
-    out: Annotated[Path, Opt(help="directory for <prefix>.<rank>.et and <prefix>.comm_group.json")] = Path("chakra"),
+    out: Annotated[str, Opt(help="directory for <prefix>.<rank>.et and <prefix>.comm_group.json")] = "chakra",
     prefix: Annotated[str | None, Opt(help="file prefix (default: the model name)")] = None,
     ranks: Annotated[str | None, Opt(help="only these ranks, e.g. 0-7,16 (default: all)")] = None,
     model: Annotated[str | None, Opt(help="model name (trainsim models)")] = None,
@@ -79,10 +79,9 @@ def export(
 
     result = simulate(job)
     name = prefix or job.model.name
-    from rich.console import Console
-    from rich.progress import Progress
+    from .console import progress_bar
 
-    with Progress(console=Console(stderr=True), transient=True) as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"writing {name}.<rank>.et", total=None)
         paths = write_chakra(result.graph, out, name, wanted_ranks,
                              progress=lambda done, total: bar.update(task, completed=done, total=total))
@@ -91,7 +90,7 @@ def export(
           f"and {paths[-1].name} to {out}")
     print(f"simulated iteration time {result.iteration_time_s * 1e3:.3f} ms (simulator wall time "
           f"{result.simulation_wall_s:.2f} s)")
-    print(f"ASTRA-sim: --workload-configuration={out / name} --comm-group-configuration={paths[-1]}")
+    print(f"ASTRA-sim: --workload-configuration={Path(out) / name} --comm-group-configuration={paths[-1]}")
 
 
 @chakra_app.command("run")
