@@ -47,9 +47,9 @@ def _main(ctx: typer.Context, version: Annotated[bool, Opt("--version", callback
 
 @app.command()
 def simulate(
-    config: Annotated[Path | None, typer.Argument(help="YAML job file (model/cluster/strategy/simulation)")] = None,
+    config: Annotated[str | None, typer.Argument(help="YAML job file (model/cluster/strategy/simulation)")] = None,
     model: Annotated[str | None, Opt(help="model name (trainsim models) or 'custom'")] = None,
-    hf_config: Annotated[Path | None, Opt(help="import a local Hugging Face config.json (or its folder) instead of "
+    hf_config: Annotated[str | None, Opt(help="import a local Hugging Face config.json (or its folder) instead of "
                                           "--model; --seq-len/--layers/... apply on top")] = None,
     cluster: Annotated[str | None, Opt(help="cluster preset (trainsim clusters)")] = None,
     nodes: Annotated[int | None, Opt(help="number of nodes (default: what the degrees need)")] = None,
@@ -110,11 +110,11 @@ def simulate(
     bandwidth_sharing: Annotated[bool | None, Opt("--bandwidth-sharing/--no-bandwidth-sharing",
                                                   help="concurrent communication shares links (max-min fair)")] = None,
     granularity: Annotated[str | None, Opt(help="auto | layer | op (task granularity)")] = None,
-    calibration: Annotated[Path | None, Opt(help="calibration YAML from `trainsim calibrate`")] = None,
+    calibration: Annotated[str | None, Opt(help="calibration YAML from `trainsim calibrate`")] = None,
     json_out: Annotated[str | None, Opt("--json", help="write the result summary as JSON (- for stdout)")] = None,
     trace: Annotated[str | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
     dump_config: Annotated[str | None, Opt(help="write the resolved job as YAML")] = None,
-    strategy_tree: Annotated[Path | None, Opt("--strategy-tree", help="simulate a saved strategy tree (YAML from "
+    strategy_tree: Annotated[str | None, Opt("--strategy-tree", help="simulate a saved strategy tree (YAML from "
                                               "--dump-strategy or StrategyTree.to_yaml) instead of the "
                                               "strategy flags")] = None,
     dump_strategy: Annotated[str | None, Opt("--dump-strategy", help="write the job's resolved strategy tree "
@@ -142,7 +142,7 @@ def simulate(
                      "p2p_scatter_gather": p2p_scatter_gather,
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
-                       "calibration": str(calibration) if calibration else None, "comm_model": comm_model,
+                       "calibration": calibration, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing},
     }
     if model is not None and hf_config is not None:
@@ -185,14 +185,14 @@ def simulate(
 
 @app.command()
 def validate(
-    cases: Annotated[Path, typer.Argument(help="CSV of measured runs: training_runs.csv, vTrain ground_truth_*.csv "
+    cases: Annotated[str, typer.Argument(help="CSV of measured runs: training_runs.csv, vTrain ground_truth_*.csv "
                                           "or collectives.csv format (see shared/validation/README.md)")],
     json_out: Annotated[str | None, Opt("--json", help="write summary, rows and skipped rows as JSON")] = None,
     plot: Annotated[str | None, Opt(help="write a predicted-vs-measured scatter (PNG; needs trainsim[plot])")] = None,
     max_mape: Annotated[float | None, Opt(help="exit 1 when the mean absolute % error exceeds this")] = None,
     tier: Annotated[str | None, Opt(help="only these tiers, e.g. A,B (training_runs format)")] = None,
     subset: Annotated[str | None, Opt(help="only these subsets, e.g. core (training_runs format)")] = None,
-    calibration: Annotated[Path | None, Opt(help="calibration YAML (default: the packaged one)")] = None,
+    calibration: Annotated[str | None, Opt(help="calibration YAML (default: the packaged one)")] = None,
     jobs: Annotated[int | None, Opt(help="worker processes (default: CPU count, at most 8)")] = None,
     all_rows: Annotated[bool, Opt("--all", help="print every row, not only the largest errors")] = False,
     quiet: Annotated[bool, Opt("-q", "--quiet", help="print only the summary line")] = False,
@@ -220,7 +220,7 @@ def validate(
     idx, rows = filter_rows(kind, rows, split(tier), split(subset))
     if not rows:
         raise ConfigError("CASES", f"no rows in {cases} (after filters)", "check --tier/--subset")
-    cal = str(calibration) if calibration else None
+    cal = calibration
     with progress_bar(quiet=quiet) as bar:
         task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
         report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx)
@@ -245,14 +245,14 @@ def validate(
 
 @app.command()
 def calibrate(
-    measurements: Annotated[list[Path], typer.Argument(help="CSV files: end-to-end runs (training_runs.csv or vTrain "
+    measurements: Annotated[list[str], typer.Argument(help="CSV files: end-to-end runs (training_runs.csv or vTrain "
                                                        "format) and/or kernel measurements (gemm/attention/memory "
                                                        "CSVs as in trainsim/data/measurements)")],
     out: Annotated[str, Opt(help="where to write the fitted calibration YAML")],
     family: Annotated[str, Opt(help="device family the constants belong to (a100, h100, v100, ...)")] = "a100",
     fit_params: Annotated[str, Opt("--fit", help="comma-separated constants fitted to end-to-end runs")] =
         "gemm_peak_fraction,hbm_efficiency,host_overhead_s,collective_host_s",
-    calibration: Annotated[Path | None, Opt(help="starting calibration (default: the packaged one)")] = None,
+    calibration: Annotated[str | None, Opt(help="starting calibration (default: the packaged one)")] = None,
     every: Annotated[int, Opt(help="use every N-th row of large files (faster fits)")] = 1,
     sweeps: Annotated[int, Opt(help="coordinate-descent sweeps")] = 2,
     jobs: Annotated[int | None, Opt(help="worker processes")] = None,
@@ -276,7 +276,9 @@ def calibrate(
         if name not in BOUNDS:
             raise ConfigError("--fit", f"'{name}' cannot be fitted", f"choose from {', '.join(BOUNDS)}")
     datasets, kernel_files = [], []
-    for path in measurements:
+    if not all(measurements):
+        raise ConfigError("MEASUREMENTS", "empty path", "pass the CSV files to fit to")
+    for path in map(Path, measurements):
         header, rows = read_rows(path)
         cols = set(header)
         if {"m", "n", "k", "tflops"} <= cols or {"seq_len", "head_dim", "tflops"} <= cols or {"op", "gbps"} <= cols:

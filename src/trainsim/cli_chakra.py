@@ -35,7 +35,7 @@ def parse_ranks(text: str | None) -> list[int] | None:
 
 @chakra_app.command("export")
 def export(
-    config: Annotated[Path | None, typer.Argument(help="YAML job file, as for `trainsim simulate`")] = None,
+    config: Annotated[str | None, typer.Argument(help="YAML job file, as for `trainsim simulate`")] = None,
     out: Annotated[str, Opt(help="directory for <prefix>.<rank>.et and <prefix>.comm_group.json")] = "chakra",
     prefix: Annotated[str | None, Opt(help="file prefix (default: the model name)")] = None,
     ranks: Annotated[str | None, Opt(help="only these ranks, e.g. 0-7,16 (default: all)")] = None,
@@ -95,7 +95,7 @@ def export(
 
 @chakra_app.command("run")
 def run(
-    prefix: Annotated[Path, typer.Argument(help="workload prefix (DIR/NAME for DIR/NAME.<rank>.et) or directory")],
+    prefix: Annotated[str, typer.Argument(help="workload prefix (DIR/NAME for DIR/NAME.<rank>.et) or directory")],
     cluster: Annotated[str, Opt(help="cluster preset that prices uncosted nodes (trainsim clusters)")] = "dgx-a100",
     nodes: Annotated[int | None, Opt(help="number of nodes (default: what the ranks need)")] = None,
     durations: Annotated[str, Opt(help="model: price communication and memory with trainsim's models | recorded: "
@@ -103,7 +103,7 @@ def run(
     cpu_ops: Annotated[str, Opt(help="serial: CPU ops run on the compute stream | skip: they are free")] = "serial",
     dtype: Annotated[str, Opt(help="dtype of the roofline peak for num_ops nodes (auto: what the GPU trains in; "
                                    "bf16 | fp16 | fp8 | tf32 | fp32)")] = "auto",
-    comm_groups: Annotated[Path | None, Opt(help="ASTRA-sim comm group JSON (default <prefix>.comm_group.json)")]
+    comm_groups: Annotated[str | None, Opt(help="ASTRA-sim comm group JSON (default <prefix>.comm_group.json)")]
         = None,
     json_out: Annotated[str | None, Opt("--json", help="write iteration time and counts as JSON")] = None,
 ) -> None:

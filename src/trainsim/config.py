@@ -33,7 +33,7 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     name: str = "gpt3-175b"
-    hf_config: str | None = Field(None, description="local Hugging Face config.json (or its folder) to import "
+    hf_config: str | None = Field(None, min_length=1, description="local Hugging Face config.json (or its folder) to import "
                                   "instead of a built-in model; a relative path is taken from the working "
                                   "directory; the other model keys override it")
     seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
@@ -80,7 +80,7 @@ class ClusterSpec(_Strict):
 
 
 class StrategySpec(_Strict):
-    tree: str | None = Field(None, description="a saved strategy tree (YAML from --dump-strategy or "
+    tree: str | None = Field(None, min_length=1, description="a saved strategy tree (YAML from --dump-strategy or "
                              "StrategyTree.to_yaml) that replaces the other strategy keys")
     dp: int | None = Field(None, ge=1, le=MAX_GPUS,
                            description="data-parallel degree; derived from the world size if omitted")
@@ -133,7 +133,7 @@ class SimulationSpec(_Strict):
                                 description="compute slowdown while overlapped with gradient comm (calibrated)")
     exact: bool = False
     granularity: Literal["op", "layer", "auto"] = "auto"
-    calibration: str | None = Field(None, description="calibration YAML from `trainsim calibrate`")
+    calibration: str | None = Field(None, min_length=1, description="calibration YAML from `trainsim calibrate`")
     comm_model: Literal["nccl", "analytical"] = Field(
         "nccl", description="nccl: NCCL's tuned algorithm/protocol choice; analytical: ASTRA-sim's "
         "multi-dimensional topology-aware collectives")

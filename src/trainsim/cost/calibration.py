@@ -99,6 +99,8 @@ def _load_cached(path: str | None) -> Calibration:
 
 def load_calibration(path: str | Path | None = None) -> Calibration:
     """The packaged calibration, or the file at `path` (validated; cached per path, immutable use only)."""
+    if path is not None and str(path) == "":
+        raise ConfigError("simulation.calibration", "empty path", "pass a file written by `trainsim calibrate`")
     return _load_cached(None if path is None else str(Path(path).resolve()))
 
 

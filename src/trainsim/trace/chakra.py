@@ -232,6 +232,8 @@ def _attrs(msg: Any) -> dict[str, Any]:
 def et_files(source: str | Path) -> list[Path]:
     """The per-rank files of a workload: `source` is a prefix (`dir/name` for dir/name.<rank>.et) or a
     directory holding one such set. Ranks must run 0..N-1 with none missing."""
+    if str(source) == "":
+        raise ConfigError("PREFIX", "empty path", "pass the prefix of the per-rank files, e.g. DIR/NAME for DIR/NAME.0.et")
     src = Path(source)
     if src.is_dir():
         found = [p for p in src.iterdir() if re.fullmatch(r".+\.\d+\.et", p.name)]
