@@ -306,3 +306,14 @@ def test_generated_dependent_compute_nodes_run_in_order(tmp_path: Path, monkeypa
         assert Counter(g.kind) == Counter(compute=8)
         # one compute stream per NPU: independent nodes serialise too, as in ASTRA-sim
         assert max(run(g, gamma=0.0).end_s) == pytest.approx(14e-6, rel=1e-12)
+
+
+def test_malformed_trainsim_attribute_is_a_one_line_error(tmp_path: Path) -> None:
+    """Found by the fuzz suite: a flipped bit left `trainsim_parts` without `trainsim_parts_s` (was a KeyError)."""
+    node = _node(1, "A", pb.COMP_NODE, micros=1)
+    node.attr.append(pb.AttributeProto(name="trainsim_parts", string_list=pb.StringList(values=["compute"])))
+    _write(tmp_path / "p.0.et", [node])
+    with pytest.raises(ConfigError) as exc:
+        load_chakra(tmp_path / "p", "dgx-a100")
+    _one_line(exc, "p.0.et")
+    assert "node 1" in str(exc.value) and "malformed" in str(exc.value)

@@ -54,7 +54,6 @@ import json
 import math
 import re
 import shutil
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -74,6 +73,7 @@ from ..files import (
     check_file_prefix,
     check_output,
     check_output_dir,
+    gunzip_bounded,
     load_json,
     read_bytes,
 )
@@ -170,19 +170,24 @@ class EtFile:
     nodes: list[Any]
 
 
+def _common_attrs(a: dict[str, Any], where: str) -> dict[str, Any]:
+    """trainsim's own per-node attributes (micro-batch, memory, host time, fused parts); a malformed one is a
+    one-line ConfigError naming the node, not a crash deep in the import."""
+    try:
+        return {
+            "mb": int(a.get(A_MB, -1)), "mem_peak": float(a.get(A_MEM_PEAK, 0.0)),
+            "mem_net": float(a.get(A_MEM_NET, 0.0)), "host_s": float(a.get(A_HOST, 0.0)),
+            "host_path_s": float(a[A_HOST_PATH]) if A_HOST_PATH in a else None,
+            "parts": dict(zip(a[A_PARTS_KEYS], map(float, a[A_PARTS_S]), strict=True)) if A_PARTS_KEYS in a else None}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(where, f"malformed trainsim attributes ({type(exc).__name__}: {exc})",
+                          "re-write the trace with `trainsim chakra export`") from None
+
+
 def _gunzip(raw: bytes, p: Path) -> bytes:
     """Decompress a gzipped ET, bounded: a small file that inflates past the ET size limit is refused."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(raw, MAX_BINARY_BYTES + 1)
-    except zlib.error:
-        raise ConfigError(str(p), "corrupt gzip data", "re-write or re-compress the trace") from None
-    if len(out) > MAX_BINARY_BYTES:
-        raise ConfigError(str(p), f"inflates past the {MAX_BINARY_BYTES / 2**30:g} GiB limit for a Chakra ET file",
-                          "split the trace per rank or check the file")
-    if not d.eof:
-        raise ConfigError(str(p), "truncated gzip data", "re-write or re-compress the trace")
-    return out
+    return gunzip_bounded(raw, str(p), max_bytes=MAX_BINARY_BYTES, what="Chakra ET file",
+                          fix="re-write or re-compress the trace")
 
 
 def read_et(path: str | Path) -> EtFile:
@@ -461,11 +466,7 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
         for node in order:
             a = _attrs(node)
             where = f"{et.path}: node {node.id} ('{node.name}')"
-            common: dict[str, Any] = {
-                "mb": int(a.get(A_MB, -1)), "mem_peak": float(a.get(A_MEM_PEAK, 0.0)),
-                "mem_net": float(a.get(A_MEM_NET, 0.0)), "host_s": float(a.get(A_HOST, 0.0)),
-                "host_path_s": float(a[A_HOST_PATH]) if A_HOST_PATH in a else None,
-                "parts": dict(zip(a[A_PARTS_KEYS], a[A_PARTS_S], strict=True)) if A_PARTS_KEYS in a else None}
+            common = _common_attrs(a, where)
             rec = recorded(a, node) if durations == "recorded" else None
             name = node.name or f"node{node.id}"
             t: int | None = None
