@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ..strategy.schedules import dynamic_orders, schedule_order
 from ..strategy.tree import StrategyTree
-from .program import ChunkProgram, Program, Step, Stream
+from .program import STREAM_NAMES, ChunkProgram, Program, Step, Stream
 
 
 @dataclass
@@ -60,6 +60,8 @@ class ExecutionGraph:
     comm_op: list[str] = field(default_factory=list)
     comm_bytes: list[float] = field(default_factory=list)
     comm_ranks: list[tuple[int, ...]] = field(default_factory=list)
+    # names of streams beyond compile.program.Stream (a replayed trace's host threads and CUDA streams)
+    stream_names: dict[int, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.name)
@@ -91,6 +93,12 @@ class ExecutionGraph:
         for c in classes:
             self.queues[(c, stream)].append(t)
         return t
+
+    def stream_name(self, stream: int) -> str:
+        """Display name of a stream: the Stream enum's name, else the graph's own (trace streams)."""
+        if stream < len(STREAM_NAMES):
+            return STREAM_NAMES[stream]
+        return self.stream_names.get(stream, f"stream {stream}")
 
     def resource_id(self, name: str) -> int:
         """Id of a shared physical resource by name (added on first use)."""

@@ -18,7 +18,7 @@ def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
         label = f"{rc.name} (x{rc.multiplicity})" if rc.multiplicity > 1 else rc.name
         events.append({"ph": "M", "name": "process_name", "pid": c, "tid": 0, "args": {"name": label}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": c, "tid": 0, "args": {"sort_index": c}})
-        for s, sname in enumerate(STREAM_NAMES):
+        for s, sname in [*enumerate(STREAM_NAMES), *sorted(g.stream_names.items())]:
             events.append({"ph": "M", "name": "thread_name", "pid": c, "tid": s, "args": {"name": sname}})
     for t in range(len(g)):
         args: dict[str, Any] = {"category": g.category[t]}

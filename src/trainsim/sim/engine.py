@@ -91,13 +91,14 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     for t, ds in enumerate(deps):
         for d in ds:
             succ[d].append(t)
-    qlist: list[list[int]] = [[] for _ in range(n_classes * NS)]
-    for (c, s), tasks in graph.queues.items():
-        qlist[c * NS + s] = tasks
-    qhead = [0] * (n_classes * NS)
-    qbusy = [False] * (n_classes * NS)
     stream = graph.stream
-    tq = [[c * NS + stream[t] for c in graph.participants[t]] for t in range(n)]
+    ns = max(NS, max(stream, default=0) + 1)  # trace graphs add streams (host threads, CUDA streams)
+    qlist: list[list[int]] = [[] for _ in range(n_classes * ns)]
+    for (c, s), tasks in graph.queues.items():
+        qlist[c * ns + s] = tasks
+    qhead = [0] * (n_classes * ns)
+    qbusy = [False] * (n_classes * ns)
+    tq = [[c * ns + stream[t] for c in graph.participants[t]] for t in range(n)]
     dur = graph.duration_s
     parts = graph.parts
     category = graph.category
@@ -325,7 +326,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                 try_start(qlist[q][qhead[q]], now)
         if s == Stream.P2P and use_host:  # the host was blocked on this send: its compute may go on
             for c in graph.participants[t]:
-                q = c * NS + Stream.COMPUTE
+                q = c * ns + Stream.COMPUTE
                 if qhead[q] < len(qlist[q]):
                     try_start(qlist[q][qhead[q]], now)
     if done < n:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compile.graph import ExecutionGraph
-from ..compile.program import STREAM_NAMES, Stream
+from ..compile.program import Stream
 from .engine import SimTrace
 
 BREAKDOWN_KEYS = ("compute", "recompute", "optimizer", "tp", "cp", "ep", "dp", "pp", "offload", "bubble", "idle")
@@ -95,7 +95,7 @@ class SimulationResult:
         """(task, stream, category, start_s, end_s) of one rank class in start order."""
         g, tr = self.graph, self.trace
         assert g is not None and tr is not None
-        rows = [(g.name[t], STREAM_NAMES[g.stream[t]], g.category[t], tr.start_s[t], tr.end_s[t])
+        rows = [(g.name[t], g.stream_name(g.stream[t]), g.category[t], tr.start_s[t], tr.end_s[t])
                 for t in range(len(g)) if rank_class in g.participants[t]]
         return sorted(rows, key=lambda r: (r[3], r[4]))
 
@@ -137,12 +137,13 @@ def class_breakdown(graph: ExecutionGraph, trace: SimTrace, cls: int, horizon_s:
     out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     events: list[tuple[float, int, int, str]] = []  # (time, order, +1/-1, label)
     last_bwd_end = 0.0
-    for stream in Stream:
+    extra = sorted({s for c, s in graph.queues if c == cls and s >= len(Stream)})
+    for stream in [*Stream, *extra]:
         for t in graph.queues.get((cls, stream), []):
             s, e = trace.start_s[t], trace.end_s[t]
             if e <= s:
                 continue
-            if stream == Stream.COMPUTE:
+            if stream == Stream.COMPUTE or (stream >= len(Stream) and graph.kind[t] == "compute"):
                 for k, v in _split(graph, t, e - s):
                     out[k if k in out else "compute"] += v
                 events.append((s, 1, 1, "@compute"))
