@@ -13,8 +13,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from trainsim.replay import replay_trace
 from trainsim.trace.kineto import read_kineto
-from trainsim.trace.kineto.replay import replay_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 

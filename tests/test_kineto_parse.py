@@ -13,17 +13,9 @@ import numpy as np
 import pytest
 
 from trainsim.errors import ConfigError
-from trainsim.trace.kineto import (
-    CollectiveSource,
-    CpuKind,
-    FlowKind,
-    GpuKind,
-    RuntimeKind,
-    SyncKind,
-    collective_kind,
-    read_kineto,
-    runtime_kind,
-)
+from trainsim.trace.kineto import read_kineto
+from trainsim.trace.kineto.model import CollectiveSource, CpuKind, FlowKind, GpuKind, RuntimeKind, SyncKind
+from trainsim.trace.kineto.reader import collective_kind, runtime_kind
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 HTA = "HolisticTraceAnalysis/tests/data/"

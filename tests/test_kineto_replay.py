@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainsim.replay import replay_trace
 from trainsim.sim.engine import run
 from trainsim.trace.kineto import trace_from_json
 from trainsim.trace.kineto.graph import FIRST_STREAM, build_replay, build_replay_graph
-from trainsim.trace.kineto.replay import replay_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 

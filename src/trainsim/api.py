@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import trainsim as _public
+
 from .compile.graph import WorkEstimate, build_graph, predict_tasks
 from .compile.program import lower
 from .config import (
@@ -211,16 +213,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict
              cluster: str | dict[str, Any] | None = None, strategy: dict[str, Any] | None = None,
              bandwidth_sharing: bool | None = None, progress: ProgressFn | None = None,
              **options: Any) -> SimulationResult:
-    """Predict one training iteration.
-
-    Either pass a JobConfig / nested dict, or keywords: `simulate(model="llama3-70b", cluster="dgx-h100",
-    strategy={"tp": 8, "pp": 4, "dp": 16, "global_batch": 1024}, nodes=64, seq_len=8192)`.
-    Any other keyword is a key of the model, cluster, strategy or simulation section (seq_len, nodes, gpu,
-    topology, tp, dtype, comm_model, ...) and goes there; an unknown one is a ConfigError.
-    `bandwidth_sharing` (any form) overrides simulation.bandwidth_sharing: False prices every call as
-    if it ran alone, for an ablation. `progress(phase, done, total)`, if given, is called every few thousand
-    tasks ('building graph', then 'simulating'); without it nothing is reported.
-    """
+    # docstring: trainsim.simulate's, assigned below (one text; help() shows it without importing this)
     wall0 = time.perf_counter()
     if job is None:
         job = parse_job(_job_from_keywords(model, cluster, strategy, options))
@@ -308,10 +301,7 @@ def strategy_tree(job: JobConfig | dict[str, Any]) -> StrategyTree:
 
 def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int | None = None,
                   progress: ProgressFn | None = None, **simulation: Any) -> SimulationResult:
-    """Simulate a strategy tree written with the primitives (`StrategyTree.from_model(...)`) on a cluster
-    preset; `nodes` defaults to what the tree's mesh needs (a mesh smaller than a node uses part of one),
-    `simulation` takes the simulation keys
-    (dtype, gamma, exact, granularity, bandwidth_sharing, comm_model, ...)."""
+    # docstring: trainsim.simulate_tree's, assigned below
     wall0 = time.perf_counter()
     if not isinstance(tree, StrategyTree):
         raise ConfigError("tree", f"must be a StrategyTree, not {type(tree).__name__}",
@@ -330,6 +320,9 @@ def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int |
     cl = _cluster(job)
     return _run_tree(tree, cl, job.simulation, _spec_of_tree(tree), wall0, progress)
 
+
+simulate.__doc__ = _public.simulate.__doc__
+simulate_tree.__doc__ = _public.simulate_tree.__doc__
 
 def _job_model(job: JobConfig, batch: int) -> Model:
     """The job's model (built-in or imported Hugging Face config) with `batch` samples per step of one replica."""

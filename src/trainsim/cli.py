@@ -231,12 +231,10 @@ def validate(
         payloads[plot_target] = plot_validation(report)
     write_outputs(payloads)
     s = report.summary()
-    if outs.to_stdout:  # the JSON is the output: the report stays off it
-        pass
-    elif quiet:
+    if quiet and not outs.to_stdout:  # with the JSON on stdout, the report stays off it
         print(f"{kind}: n={s['n']} skipped={s['skipped']} mape={s['mape']:.2f}% median={s['median_ape']:.2f}% "
               f"max={s['max_ape']:.2f}% spearman={s['spearman']:.3f} kendall={s['kendall']:.3f}")
-    else:
+    elif not outs.to_stdout:
         print_validation(report, show_all=all_rows)
     if max_mape is not None and not s["mape"] <= max_mape:
         print(f"MAPE {s['mape']:.2f}% is above --max-mape {max_mape:g}%", file=sys.stderr)

@@ -184,12 +184,6 @@ def _common_attrs(a: dict[str, Any], where: str) -> dict[str, Any]:
                           "re-write the trace with `trainsim chakra export`") from None
 
 
-def _gunzip(raw: bytes, p: Path) -> bytes:
-    """Decompress a gzipped ET, bounded: a small file that inflates past the ET size limit is refused."""
-    return gunzip_bounded(raw, str(p), max_bytes=MAX_BINARY_BYTES, what="Chakra ET file",
-                          fix="re-write or re-compress the trace")
-
-
 def read_et(path: str | Path) -> EtFile:
     """Decode one Chakra ET file (plain or gzipped); one-line ConfigError naming the file when it is not one."""
     pb, lib = _pb(), _protolib()
@@ -199,7 +193,8 @@ def read_et(path: str | Path) -> EtFile:
     raw = read_bytes(p, str(p), max_bytes=MAX_BINARY_BYTES, what="Chakra ET file",
                      fix="check the path (files are named <prefix>.<rank>.et)")
     if raw[:2] == b"\x1f\x8b":
-        raw = _gunzip(raw, p)
+        raw = gunzip_bounded(raw, str(p), max_bytes=MAX_BINARY_BYTES, what="Chakra ET file",
+                             fix="re-write or re-compress the trace")
     stream = _Reader(raw)
     bad = ConfigError(str(p), "not a Chakra ET file (no length-delimited GlobalMetadata + Node messages)",
                       "write it with chakra's generator/converters or `trainsim chakra export`")

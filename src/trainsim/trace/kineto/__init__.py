@@ -4,28 +4,7 @@
 the tables and their units (times in us relative to `KinetoTrace.origin_us`).
 """
 
-from .model import (
-    Collectives,
-    CollectiveSource,
-    CpuKind,
-    CpuOps,
-    FlowKind,
-    Flows,
-    GpuAnnotations,
-    GpuKind,
-    GpuOps,
-    KinetoTrace,
-    MemoryEvents,
-    RuntimeCalls,
-    RuntimeKind,
-    StepWindow,
-    SyncEvents,
-    SyncKind,
-)
-from .reader import collective_kind, read_kineto, runtime_kind, trace_from_json
+from .model import KinetoTrace, StepWindow
+from .reader import read_kineto, trace_from_json
 
-__all__ = [
-    "Collectives", "CollectiveSource", "CpuKind", "CpuOps", "FlowKind", "Flows", "GpuAnnotations", "GpuKind",
-    "GpuOps", "KinetoTrace", "MemoryEvents", "RuntimeCalls", "RuntimeKind", "StepWindow", "SyncEvents",
-    "SyncKind", "collective_kind", "read_kineto", "runtime_kind", "trace_from_json",
-]
+__all__ = ["KinetoTrace", "StepWindow", "read_kineto", "trace_from_json"]

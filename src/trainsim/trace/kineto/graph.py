@@ -64,7 +64,7 @@ class ReplayGraph:
     dropped_deps: int = 0  # inferred dependencies dropped as non-causal
 
 
-def _round(x: np.ndarray | float) -> np.ndarray:
+def round_us(x: np.ndarray | float) -> np.ndarray:
     return np.round(np.asarray(x, dtype=np.float64), _ROUND)
 
 
@@ -290,7 +290,7 @@ def build_replay(trace: KinetoTrace, tol_us: float = 5.0,
         c_ts, c_end = cpu.ts_us[c_rows], cpu.ts_us[c_rows] + cpu.dur_us[c_rows]
         r_ts_a = rt.ts_us[r_rows]
         r_end_a = r_ts_a + rt.dur_us[r_rows]
-        b = _round(np.concatenate([[0.0], c_ts, c_end, r_ts_a, r_end_a, np.asarray(extra.get(th, []))]))
+        b = round_us(np.concatenate([[0.0], c_ts, c_end, r_ts_a, r_end_a, np.asarray(extra.get(th, []))]))
         b = np.unique(b[b >= 0])
         boundary[th] = b
         first_seg[th] = len(g)
@@ -298,9 +298,9 @@ def build_replay(trace: KinetoTrace, tol_us: float = 5.0,
             continue
         mids = (b[:-1] + b[1:]) / 2
         # covering runtime call (runtime calls on one thread do not overlap) and top-level CPU op
-        jr = np.searchsorted(_round(r_ts_a), mids, side="right") - 1
+        jr = np.searchsorted(round_us(r_ts_a), mids, side="right") - 1
         in_rt = (jr >= 0) & (r_end_a[np.maximum(jr, 0)] > mids) if len(r_rows) else np.zeros(len(mids), bool)
-        jc = np.searchsorted(_round(c_ts), mids, side="right") - 1
+        jc = np.searchsorted(round_us(c_ts), mids, side="right") - 1
         in_cpu = (jc >= 0) & (c_end[np.maximum(jc, 0)] > mids) if len(c_rows) else np.zeros(len(mids), bool)
         b_l, in_rt_l, in_cpu_l, jr_l, jc_l = b.tolist(), in_rt.tolist(), in_cpu.tolist(), jr.tolist(), jc.tolist()
         r_rows_l, c_rows_l = r_rows.tolist(), c_rows.tolist()
@@ -334,7 +334,7 @@ def build_replay(trace: KinetoTrace, tol_us: float = 5.0,
         deps: list[int] = []
         th, p = cut_of[i]
         if th >= 0:
-            j = int(np.searchsorted(boundary[th], _round(p)))
+            j = int(np.searchsorted(boundary[th], round_us(p)))
             if j > 0:
                 deps.append(first_seg[th] + j - 1)
         cat = _gpu_category(g_names[i], g_kind[i], i in coll_rows)

@@ -1,4 +1,5 @@
-"""Replay one rank's Kineto trace with the discrete-event engine and compare per step with the measurement.
+"""Replay one rank's Kineto trace with the discrete-event engine (the orchestration layer, as api.py is for
+`simulate`: trace/ builds the graph, sim/ runs it) and compare per step with the measurement.
 
 A step window [start, end] (ProfilerStep#N or optimizer-step spacing, both CPU ranges on one thread) is
 mapped to replayed times through that thread's segment boundaries: the window's start and end are
@@ -17,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ...compile.graph import ExecutionGraph
-from ...sim.engine import SimTrace, run
-from .graph import ReplayGraph, _round, build_replay
-from .model import KinetoTrace
-from .reader import read_kineto
+from .compile.graph import ExecutionGraph
+from .sim.engine import SimTrace, run
+from .trace.kineto import KinetoTrace, read_kineto
+from .trace.kineto.graph import ReplayGraph, build_replay, round_us
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ class ReplayResult:
 def _boundary_time_s(rg: ReplayGraph, sim: SimTrace, thread: int, t_us: float) -> float:
     """Replayed time of a boundary on a thread's chain (the end of the segment that ends there)."""
     b = rg.boundary_us[thread]
-    j = int(np.searchsorted(b, _round(t_us)))
-    if j >= len(b) or b[j] != _round(t_us):
+    j = int(np.searchsorted(b, round_us(t_us)))
+    if j >= len(b) or b[j] != round_us(t_us):
         raise ValueError(f"{t_us} us is not a segment boundary of thread {thread}")
     return 0.0 if j == 0 else sim.end_s[rg.first_segment[thread] + j - 1]
 
