@@ -4,7 +4,7 @@ small multi-rank Kineto traces, plus the 2-process gloo all-reduce curve the job
     .venv/bin/python benchmarks/ddp_gloo/run.py --procs 1 2 --steps 5 --out benchmarks/ddp_gloo/traces
 
 For each process count n it trains an MLP with DistributedDataParallel (one intra-op thread per process,
-so 1 and 2 processes do the same per-process compute on a 2-core machine) and writes
+so on a 2-core machine each of 2 ranks has a core for compute; gloo's own threads share them) and writes
 `OUT/<n>proc/rank<r>.pt.trace.json.gz`; then it times gloo all-reduces between 2 processes
 (`OUT/gloo_allreduce.csv`, columns bytes,time_us) independently of training, and prints per-rank step
 times (ProfilerStep windows) and single-rank replay errors (trainsim.replay.replay_trace).
@@ -81,13 +81,13 @@ def _train_worker(rank: int, world: int, port: int, cfg: Config, out_dir: str) -
         loss_fn = nn.MSELoss()
         gen = torch.Generator().manual_seed(SEED + rank)  # each rank its own shard of synthetic data
         total = WAIT + WARMUP + cfg.steps
-        batches = [(torch.randn(cfg.batch, cfg.width, generator=gen), torch.randn(cfg.batch, cfg.width, generator=gen))
-                   for _ in range(total)]
+        shape = (cfg.batch, cfg.width)
+        batches = [tuple(torch.randn(shape, generator=gen) for _ in range(2)) for _ in range(total)]  # (x, y)
         dist.barrier()
-        with profile(activities=[ProfilerActivity.CPU],
-                     schedule=schedule(wait=WAIT, warmup=WARMUP, active=cfg.steps),
-                     on_trace_ready=tensorboard_trace_handler(out_dir, worker_name=f"rank{rank}", use_gzip=True),
-                     record_shapes=cfg.record_shapes, with_stack=False) as prof:
+        handler = tensorboard_trace_handler(out_dir, worker_name=f"rank{rank}", use_gzip=True)
+        sched = schedule(wait=WAIT, warmup=WARMUP, active=cfg.steps)
+        with profile(activities=[ProfilerActivity.CPU], schedule=sched,
+                     on_trace_ready=handler, record_shapes=cfg.record_shapes, with_stack=False) as prof:
             for x, y in batches:
                 opt.zero_grad(set_to_none=True)
                 loss = loss_fn(model(x), y)
@@ -100,7 +100,7 @@ def _train_worker(rank: int, world: int, port: int, cfg: Config, out_dir: str) -
 
 
 def train(n_procs: int, out_dir: str | Path, cfg: Config | None = None) -> list[Path]:
-    """Train with `n_procs` gloo processes into `out_dir`; the trace paths, rank order (`rank<r>.pt.trace.json.gz`)."""
+    """Train with `n_procs` gloo processes into `out_dir`; the paths `rank<r>.pt.trace.json.gz`, by rank."""
     cfg = cfg or Config()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -148,8 +148,8 @@ def _allreduce_worker(rank: int, world: int, port: int, sizes: list[int], warmup
 def allreduce_bench(out_csv: str | Path, sizes: list[int] | None = None, warmup: int = 5, reps: int = 20,
                     n_procs: int = 2) -> list[tuple[int, float]]:
     """The gloo all-reduce curve between `n_procs` local processes, written to `out_csv`; (bytes, us) rows."""
-    mp.spawn(_allreduce_worker, args=(n_procs, free_port(), sizes or ALLREDUCE_BYTES, warmup, reps, str(out_csv)),
-             nprocs=n_procs, join=True)
+    args = (n_procs, free_port(), sizes or ALLREDUCE_BYTES, warmup, reps, str(out_csv))
+    mp.spawn(_allreduce_worker, args=args, nprocs=n_procs, join=True)
     lines = Path(out_csv).read_text().split()[1:]
     return [(int(b), float(us)) for b, us in (ln.split(",") for ln in lines)]
 
@@ -164,10 +164,11 @@ def report(paths: list[Path]) -> None:
         steps = tr.steps()
         durs = [w.dur_us / 1e3 for w in steps]
         r = replay_trace(tr)
-        print(f"{p.parent.name}/{p.name}: {p.stat().st_size / 1024:.0f} KiB, {len(tr.collectives)} collective "
-              f"records, steps " + " ".join(f"#{w.step}={w.dur_us / 1e3:.1f}" for w in steps)
-              + f" ms, median {statistics.median(durs):.1f} ms; replay error {r.replay_error_pct:.2f}% ("
-              + " ".join(f"{s.error_pct:.2f}" for s in r.steps) + ")")
+        step_ms = " ".join(f"#{w.step}={w.dur_us / 1e3:.1f}" for w in steps)
+        errs = " ".join(f"{s.error_pct:.2f}" for s in r.steps)
+        print(f"{p.parent.name}/{p.name}: {p.stat().st_size / 1024:.0f} KiB, {len(tr.collectives)} colls, "
+              f"steps {step_ms} ms, median {statistics.median(durs):.1f} ms; "
+              f"replay error {r.replay_error_pct:.2f}% ({errs})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--procs", type=int, nargs="+", default=[1, 2], help="process counts to train with")
     ap.add_argument("--steps", type=int, default=5, help="active profiled steps")
-    ap.add_argument("--out", type=Path, required=True, help="output folder (OUT/<n>proc/, OUT/gloo_allreduce.csv)")
+    ap.add_argument("--out", type=Path, required=True, help="folder for <n>proc/ and gloo_allreduce.csv")
     d = Config()
     ap.add_argument("--layers", type=int, default=d.layers)
     ap.add_argument("--width", type=int, default=d.width)
@@ -189,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                  record_shapes=not a.no_record_shapes)
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, config {asdict(cfg)}")
     a.out.mkdir(parents=True, exist_ok=True)
-    meta = {"torch": torch.__version__, "procs": a.procs, "profiler_schedule": {"wait": WAIT, "warmup": WARMUP},
-            "seed": SEED, **asdict(cfg)}
+    meta = {"torch": torch.__version__, "procs": a.procs, "seed": SEED,
+            "profiler_schedule": {"wait": WAIT, "warmup": WARMUP}, **asdict(cfg)}
     (a.out / "run_config.json").write_text(json.dumps(meta, indent=1) + "\n")
     paths: list[Path] = []
     for n in a.procs:

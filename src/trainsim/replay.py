@@ -15,6 +15,7 @@ replayed makespan.
 
 from __future__ import annotations
 
+import glob
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -27,10 +28,9 @@ import numpy as np
 from .compile.graph import ExecutionGraph, RankClass
 from .errors import ConfigError
 from .sim.engine import SimTrace, run
-from .sim.result import critical_path, time_by_category
 from .trace.kineto import KinetoTrace, read_kineto
 from .trace.kineto.graph import ReplayGraph, build_replay, round_us
-from .trace.kineto.match import Matching, match_collectives, rank_of
+from .trace.kineto.match import CollCall, Matching, match_collectives, rank_of
 from .trace.kineto.model import CollectiveSource, GpuKind
 
 GraphEdit = Callable[["ReplayGraphs"], None]
@@ -88,7 +88,7 @@ class ReplayResult:
     replay_error_pct: float  # mean over steps and ranks of |replayed - measured| / measured
     clock_offsets_us: dict[int, float]
     breakdown: dict[str, float]  # ms per step (mean over steps and ranks) by where the time went
-    critical_path: dict[str, float]  # ms on the replay's critical path by category
+    critical_path: dict[str, float]  # ms per step on the critical path, by category (mean over steps, ranks)
     makespan_ms: float  # replayed end of the whole replay
     measured_span_ms: float  # measured length of the longest trace
     busy_ms_by_category: dict[str, float]  # summed task time per category (streams overlap)
@@ -172,23 +172,23 @@ def _queue_prev(g: ExecutionGraph) -> dict[int, int]:
 
 
 def _couple(rgs: ReplayGraphs) -> None:
-    """Coupled GPU collectives: every member's kernel waits for all members' readiness and runs wait-free."""
+    """Coupled collectives: every member's work waits for all members' readiness and runs wait-free."""
     g = rgs.graph
     idx = {r.rank: i for i, r in enumerate(rgs.ranks)}
     prev = _queue_prev(g)
     off = rgs.matching.offsets_us
-    base_deps = {t: list(g.deps[t]) for calls in rgs.matching.matched for t in
-                 (rgs.ranks[idx[c.rank]].gpu_task(rgs.ranks[idx[c.rank]].trace.collectives.row[c.row])
-                  for c in calls)}
+
+    def task(c: CollCall) -> int:
+        rk = rgs.ranks[idx[c.rank]]
+        return rk.task0 + rk.rg.coll_task[c.row]
+
+    base_deps = {task(c): list(g.deps[task(c)]) for calls in rgs.matching.matched for c in calls}
     for calls in rgs.matching.matched:
         members = []
         for c in calls:
-            rk = rgs.ranks[idx[c.rank]]
-            row = rk.trace.collectives.row[c.row]
-            t = rk.gpu_task(row)
-            end = rk.trace.origin_us + float(rk.trace.gpu.ts_us[row] + rk.trace.gpu.dur_us[row]) - off[c.rank]
-            start = end - g.duration_s[t] * 1e6  # the task's measured start (a folded gap included)
-            members.append((t, idx[c.rank], start, end))
+            t = task(c)
+            end = c.end_us - off[c.rank]
+            members.append((t, idx[c.rank], end - g.duration_s[t] * 1e6, end))  # the task's measured start
         latest = max(m[2] for m in members)
         shortest = min(g.duration_s[m[0]] for m in members)
         for t, _, _, end in members:
@@ -224,8 +224,8 @@ def build_graphs(traces: Sequence[KinetoTrace], tol_us: float = 5.0, measured_la
     ranks = rank_of(list(traces))
     parts = [(r, t, build_replay(t, tol_us, measured_latency)) for r, t in zip(ranks, traces, strict=True)]
     g, rank_graphs = _merge(parts)
-    matching = match_collectives(list(traces), ranks, (int(CollectiveSource.GPU_KERNEL),)) if len(traces) > 1 \
-        else Matching(offsets_us={ranks[0]: 0.0})
+    matching = match_collectives(list(traces), ranks, [set(rg.coll_task) for _, _, rg in parts]) \
+        if len(traces) > 1 else Matching(offsets_us={ranks[0]: 0.0})
     rgs = ReplayGraphs(g, rank_graphs, matching)
     _couple(rgs)
     _delay_starts(rgs)
@@ -241,16 +241,31 @@ def build_graphs(traces: Sequence[KinetoTrace], tol_us: float = 5.0, measured_la
 
 # ---- results --------------------------------------------------------------------------------------------
 
-def _boundary_time_s(rk: RankGraph, sim: SimTrace, thread: int, t_us: float) -> float:
-    """Replayed time of a boundary on a thread's chain (the end of the segment that ends there)."""
+def _boundary_task(rk: RankGraph, thread: int, t_us: float) -> int:
+    """Merged id of the segment that ends at a boundary of a thread's chain (-1 for the chain's start)."""
     rg = rk.rg
     b = rg.boundary_us[thread]
     j = int(np.searchsorted(b, round_us(t_us)))
     if j >= len(b) or b[j] != round_us(t_us):
         raise ValueError(f"{t_us} us is not a segment boundary of thread {thread}")
-    if j == 0:
-        return rk.delay_s
-    return sim.end_s[rk.task0 + rg.first_segment[thread] + j - 1]
+    return -1 if j == 0 else rk.task0 + rg.first_segment[thread] + j - 1
+
+
+def _boundary_time_s(rk: RankGraph, sim: SimTrace, thread: int, t_us: float) -> float:
+    """Replayed time of a boundary on a thread's chain (the end of the segment that ends there)."""
+    t = _boundary_task(rk, thread, t_us)
+    return rk.delay_s if t < 0 else sim.end_s[t]
+
+
+def _window_path(g: ExecutionGraph, sim: SimTrace, last: int, a: float, b: float, labels: dict[int, str],
+                 into: dict[str, float]) -> None:
+    """Walk the critical path back from task `last` through [a, b]: ms by label (category where unlabelled)."""
+    t = last
+    while t >= 0 and sim.end_s[t] > a:
+        span = min(sim.end_s[t], b) - max(sim.start_s[t], a)
+        if span > 0:
+            into[labels.get(t) or g.category[t]] += span * 1e3
+        t = sim.critical_pred[t]
 
 
 def _rank_end_s(rk: RankGraph, sim: SimTrace) -> float:
@@ -353,9 +368,51 @@ def _peak_memory(tr: KinetoTrace) -> dict[str, int]:
     return out
 
 
+TRACE_SUFFIXES = (".json", ".json.gz")
+_FIX = "pass torch.profiler traces (.json or .json.gz), a folder of them, or a glob"
+
+
+def expand_traces(args: Sequence[str | Path]) -> list[Path]:
+    """Files, folders (their *.json / *.json.gz, sorted) and globs -> trace paths, each once."""
+    if not args:
+        raise ConfigError("TRACE", "no trace given", _FIX)
+    out: list[Path] = []
+    for a in map(str, args):
+        if not a.strip():
+            raise ConfigError("TRACE", "an empty path", _FIX)
+        p = Path(a)
+        if any(ch in a for ch in "*?[") and not p.exists():
+            hits = sorted(Path(h) for h in glob.glob(a, recursive=True) if Path(h).is_file())
+            if not hits:
+                raise ConfigError("TRACE", f"'{a}' matches no file", _FIX)
+            out += hits
+        elif p.is_dir():
+            hits = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not hits:
+                raise ConfigError("TRACE", f"folder {a} holds no .json or .json.gz file", _FIX)
+            out += hits
+        elif not p.exists():
+            raise ConfigError("TRACE", f"{a} does not exist", _FIX)
+        elif not p.is_file():
+            raise ConfigError("TRACE", f"{a} is not a file", _FIX)
+        else:
+            out.append(p)
+    seen: set[Path] = set()
+    uniq = []
+    for p in out:
+        if p.resolve() not in seen:
+            seen.add(p.resolve())
+            uniq.append(p)
+    return uniq
+
+
 def read_traces(paths: Sequence[str | Path | KinetoTrace],
                 progress: Callable[[int, int], None] | None = None) -> list[KinetoTrace]:
-    """Read every trace (already-read ones pass through)."""
+    """Read every trace (already-read ones pass through; folders and globs expand to their traces)."""
+    named = [p for p in paths if not isinstance(p, KinetoTrace)]
+    files = iter(expand_traces(named)) if named else iter(())
+    paths = [p if isinstance(p, KinetoTrace) else None for p in paths]
+    paths = [p for q in paths for p in ([q] if q is not None else [])] + list(files) if named else paths
     out = []
     for i, p in enumerate(paths):
         out.append(p if isinstance(p, KinetoTrace) else read_kineto(p))
@@ -382,7 +439,8 @@ def replay(paths: Sequence[str | Path | KinetoTrace] | str | Path | KinetoTrace,
         edit(rgs)
     t2 = time.perf_counter()
     g = rgs.graph
-    sim = run(g, gamma=0.0, record_memory=False, bandwidth_sharing=False, progress=progress)
+    sim = run(g, gamma=0.0, record_memory=False, bandwidth_sharing=any(d is not None for d in g.flow_demand),
+              progress=progress)
     t3 = time.perf_counter()
     return _result(rgs, sim, t1 - t0, t2 - t1, t3 - t2, classify)
 
@@ -392,18 +450,23 @@ def _result(rgs: ReplayGraphs, sim: SimTrace, parse_s: float, build_s: float, re
     g = rgs.graph
     steps: list[StepReplay] = []
     breakdown: dict[str, float] = defaultdict(float)
+    cpath: dict[str, float] = defaultdict(float)
     n_windows = 0
     for rk in rgs.ranks:
         labels = _labels(rk, g, classify)
         bounds, seg_labels = _sweep(rk, sim, labels)
+        gpu_labels = {rk.task0 + t: lab for t, lab in enumerate(labels) if t >= rk.rg.gpu_task0 and lab}
         for w in rk.trace.steps():
             if w.source == "trace":
                 a, b = rk.delay_s + w.start_us * 1e-6, _rank_end_s(rk, sim)
+                last = max(range(rk.task0, rk.task0 + rk.n_tasks), key=lambda t: sim.end_s[t], default=-1)
             else:
                 th = rk.rg.step_thread[w.step]
                 a, b = _boundary_time_s(rk, sim, th, w.start_us), _boundary_time_s(rk, sim, th, w.end_us)
+                last = _boundary_task(rk, th, w.end_us)
             steps.append(StepReplay(w.step, w.dur_us / 1e3, (b - a) * 1e3, rk.rank))
             _window_breakdown(bounds, seg_labels, a, b, breakdown)
+            _window_path(g, sim, last, a, b, gpu_labels, cpath)
             n_windows += 1
     errs = [s.error_pct for s in steps if s.measured_ms > 0]
     busy: dict[str, float] = defaultdict(float)
@@ -414,8 +477,7 @@ def _result(rgs: ReplayGraphs, sim: SimTrace, parse_s: float, build_s: float, re
         for tab in (rk.trace.cpu, rk.trace.runtime, rk.trace.gpu):
             if len(tab):
                 measured_end = max(measured_end, float(np.max(tab.ts_us + tab.dur_us)))
-    path = critical_path(g, sim)
-    cp = {k: v * 1e3 for k, v in sorted(time_by_category(g, sim, path).items(), key=lambda kv: -kv[1])}
+    cp = {k: v / max(n_windows, 1) for k, v in sorted(cpath.items(), key=lambda kv: -kv[1])}
     return ReplayResult(
         paths=[rk.trace.path for rk in rgs.ranks], ranks=[rk.rank for rk in rgs.ranks], steps=steps,
         replay_error_pct=float(np.mean(errs)) if errs else 0.0,

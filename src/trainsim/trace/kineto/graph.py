@@ -29,6 +29,10 @@ Streams (ids after compile.program.Stream, named in `graph.stream_names`): one p
   the call's last segment depends on the GPU ops it waited for and lasts only the measured time after
   the last of them ended. Stream/event syncs wait for the stream (from a `cuda_sync` record, else the
   stream whose work launched before the call ended last within it); device syncs for every stream.
+* CPU collectives (gloo): a collective's work range on a worker thread (`gloo:all_reduce`, top level on a
+  thread that is not the step thread) waits for the `c10d::*` call that issued it (paired in order) and
+  not for the gap before it; the issuing thread's next `Optimizer.step` (else the step's end) waits for
+  every work issued in the step, and the gap before it lasts only its measured time after the last work.
 * Every inferred dependency is kept only if it is causal in the measured times (the dependency ended
   no later than the dependant started, within `tol`), so a wrong guess never stretches the replay.
 """
@@ -62,6 +66,7 @@ class ReplayGraph:
     gpu_task0: int  # task id of GPU op row 0 (GPU op row i is task gpu_task0 + i)
     assumptions: list[str] = field(default_factory=list)
     dropped_deps: int = 0  # inferred dependencies dropped as non-causal
+    coll_task: dict[int, int] = field(default_factory=dict)  # trace.collectives index -> task doing its work
 
 
 def round_us(x: np.ndarray | float) -> np.ndarray:
@@ -100,6 +105,117 @@ def _gpu_category(name: str, kind: int, collective: bool) -> str:
     if kind == GpuKind.MEMSET:
         return "memset"
     return "collective" if collective or name.startswith(("nccl", "rccl")) else "compute"
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A CPU collective's work range (top level on a worker thread) and the call that issued it."""
+
+    coll: int  # index into trace.collectives
+    row: int  # CpuOps row of the work
+    issue: int  # CpuOps row of the issuing c10d call, -1 if none was found
+    step: int  # step whose issuing thread waits for it, -1 if none
+
+
+def _cpu_collective_works(trace: KinetoTrace, step_threads: set[int], steps: list, step_thread: dict[int, int]
+                          ) -> tuple[list[_Work], list[tuple[int, float, float, list[int]]]]:
+    """CPU collective works, each paired with its issuing call, and per step the waits: (issuing thread,
+    end of the last issue, the optimizer step (else the step end), the step's works in issue order)."""
+    cpu, c = trace.cpu, trace.collectives
+    rows = [(j, c.row[j]) for j in range(len(c)) if c.source[j] == CollectiveSource.ANNOTATION
+            and int(cpu.depth[c.row[j]]) == 0 and int(cpu.thread[c.row[j]]) not in step_threads]
+    if not rows:
+        return [], []
+    names = trace.strings
+    issue_rows = [r for r in np.flatnonzero(np.isin(cpu.thread, list(step_threads))).tolist()
+                  if names[int(cpu.name_id[r])].startswith("c10d::") and "wait" not in names[int(cpu.name_id[r])]]
+    issue_rows.sort(key=lambda r: float(cpu.ts_us[r]))
+    rows.sort(key=lambda x: float(cpu.ts_us[x[1]]))
+    works: list[_Work] = []
+    k = 0
+    for j, r in rows:  # the earliest unpaired call that started before the work
+        issue = -1
+        if k < len(issue_rows) and float(cpu.ts_us[issue_rows[k]]) <= float(cpu.ts_us[r]):
+            issue = issue_rows[k]
+            k += 1
+        step = -1
+        if issue >= 0:
+            t0 = float(cpu.ts_us[issue])
+            step = next((w.step for w in steps if w.source != "trace" and w.start_us <= t0 < w.end_us), -1)
+        works.append(_Work(j, r, issue, step))
+    wait_at: list[tuple[int, float, float, list[int]]] = []
+    opt = [r for r in range(len(cpu)) if names[int(cpu.name_id[r])].startswith("Optimizer.step")]
+    for w in steps:
+        if w.source == "trace":
+            continue
+        mine = [x for x in works if x.step == w.step]
+        if not mine:
+            continue
+        th = step_thread[w.step]
+        last_issue = max(float(cpu.ts_us[x.issue] + cpu.dur_us[x.issue]) for x in mine)
+        t_wait = min((float(cpu.ts_us[r]) for r in opt if int(cpu.thread[r]) == th
+                      and last_issue < float(cpu.ts_us[r]) < w.end_us), default=w.end_us)
+        mine.sort(key=lambda x: float(cpu.ts_us[x.issue]))
+        wait_at.append((th, last_issue, t_wait, [x.coll for x in mine]))
+    return works, wait_at
+
+
+def _link_cpu_works(g: ExecutionGraph, trace: KinetoTrace, works: list[_Work],
+                    wait_at: list[tuple[int, float, float, list[int]]], boundary: dict[int, np.ndarray],
+                    first_seg: dict[int, int], tol_us: float, wait_us: float = 1000.0) -> dict[int, int]:
+    """Dependencies of CPU collective works (see module docstring); returns collective index -> work task."""
+    cpu = trace.cpu
+
+    def seg_ending(th: int, t_us: float) -> int:
+        j = int(np.searchsorted(boundary[th], round_us(t_us)))
+        return first_seg[th] + j - 1 if j > 0 else -1
+
+    task_of: dict[int, int] = {}
+    end_of: dict[int, float] = {}
+    for w in works:
+        th = int(cpu.thread[w.row])
+        t0, t1 = float(cpu.ts_us[w.row]), float(cpu.ts_us[w.row] + cpu.dur_us[w.row])
+        first = seg_ending(th, t0) + 1
+        last = seg_ending(th, t1)
+        task_of[w.coll], end_of[w.coll] = last, t1
+        if w.issue < 0:
+            continue
+        ith = int(cpu.thread[w.issue])
+        issue_end = float(cpu.ts_us[w.issue] + cpu.dur_us[w.issue])
+        src = seg_ending(ith, issue_end)
+        if src >= 0 and issue_end <= t0 + tol_us:
+            g.deps[first].append(src)
+            gap = first - 1
+            if gap >= first_seg[th] and g.category[gap] == "host_idle":
+                g.duration_s[gap] = 0.0  # the worker was waiting for this work to be issued
+                g.host_path_s[gap] = 0.0
+    for th, last_issue, t_us, colls in wait_at:
+        # DDP waits for the buckets in issue order after backward: a gap on the issuing thread that ends
+        # shortly after a work ended (within `wait_us`) was the wait for it and every work issued before it
+        b = boundary[th]
+        j0 = int(np.searchsorted(b, round_us(last_issue)))
+        j1 = int(np.searchsorted(b, round_us(t_us)))
+        ends = [end_of[c] for c in colls]
+        if j1 < len(b) - 1 and max(ends) <= t_us + tol_us:  # the optimizer step waits for every work
+            g.deps[first_seg[th] + j1].extend(task_of[c] for c in colls)
+        for j in range(max(j0, 1), j1 + 1):
+            gap = first_seg[th] + j - 1
+            if g.category[gap] != "host_idle":
+                continue
+            g0, g1 = float(b[j - 1]), float(b[j])
+            hit = [k for k, e in enumerate(ends) if g0 - tol_us <= e <= g1 + tol_us and g1 - e <= wait_us]
+            if j == j1:  # the optimizer step / step end waits for every work of the step
+                if max(ends) > g1 + tol_us:
+                    continue
+                hit = [len(ends) - 1]
+            if not hit:
+                continue
+            k = max(hit)
+            done = max(ends[: k + 1])
+            g.deps[gap].extend(task_of[c] for c in colls[: k + 1])
+            g.duration_s[gap] = max(g1 - max(g0, done), 0.0) * 1e-6
+            g.host_path_s[gap] = g.duration_s[gap]
+    return task_of
 
 
 def build_replay_graph(trace: KinetoTrace, tol_us: float = 5.0, measured_latency: bool = True) -> ExecutionGraph:
@@ -260,6 +376,12 @@ def build_replay(trace: KinetoTrace, tol_us: float = 5.0,
     steps = trace.steps()
     step_thread = _step_threads(trace, main)
     extra: dict[int, list[float]] = defaultdict(list)
+    works, wait_at = _cpu_collective_works(trace, set(step_thread.values()) or {main}, steps, step_thread)
+    for w in works:
+        if w.issue >= 0:
+            extra[int(cpu.thread[w.issue])].append(float(cpu.ts_us[w.issue] + cpu.dur_us[w.issue]))
+    for th, _, t_us, _ in wait_at:
+        extra[th].append(t_us)
     for i in range(n_gpu):
         th, p = cut_of[i]
         if th >= 0:
@@ -351,6 +473,12 @@ def build_replay(trace: KinetoTrace, tol_us: float = 5.0,
         g.deps[t].extend(gpu_task0 + i for i in ops)
         g.duration_s[t] = max(rt_end[r] - max(seg_start_of[r], last), 0.0) * 1e-6
         g.host_path_s[t] = g.duration_s[t]
+    coll_task = {j: gpu_task0 + trace.collectives.row[j] for j in range(len(trace.collectives))
+                 if trace.collectives.source[j] == CollectiveSource.GPU_KERNEL}
+    if works:
+        coll_task.update(_link_cpu_works(g, trace, works, wait_at, boundary, first_seg, tol_us))
+        assumptions.append(f"{len(works)} CPU collective works (e.g. gloo) wait for the call that issued them; "
+                           f"{len(wait_at)} optimizer steps / step ends wait for the works of their step")
     if n_gpu:
         assumptions.append(f"launch latency of GPU-bound ops: median measured {lat0:.1f} us; gaps <= {tol_us:g} us "
                            "before a GPU-bound op are kept as GPU time")
@@ -361,7 +489,8 @@ def build_replay(trace: KinetoTrace, tol_us: float = 5.0,
                            "anchored at their measured start when the stream was idle before them")
     if not n_gpu:
         assumptions.append("no GPU ops: the replay is the CPU timeline")
-    return ReplayGraph(g, thread_stream, boundary, first_seg, step_thread, main, gpu_task0, assumptions, dropped)
+    return ReplayGraph(g, thread_stream, boundary, first_seg, step_thread, main, gpu_task0, assumptions, dropped,
+                       coll_task)
 
 
 __all__ = ["FIRST_STREAM", "ReplayGraph", "build_replay", "build_replay_graph"]

@@ -14,10 +14,10 @@ sits left of cost/). The classes, and why each kernel family lands where it does
 * `norm`: layer/batch/RMS/group/instance norm kernels (cuDNN `bn_fw`/`bn_bw`, apex, vLLM, MIOpen).
 * `elementwise`: memory-bound streaming and data movement: PyTorch (vectorized/unrolled) elementwise
   kernels, Triton `triton_poi`, fused activations, dropout, copies, casts and quantisation, layout
-  transposes (NCHW<->NHWC), cat, index/gather/scatter and embedding lookups (FBGEMM), MoE routing
-  glue, RoPE, KV-cache writes.
+  transposes (NCHW<->NHWC), cat, index/gather/scatter and embedding lookups (FBGEMM), MoE finalize,
+  RoPE, KV-cache writes.
 * `reduction`: reductions and what is built from them: `reduce_kernel`, softmax, log-softmax, losses
-  (cross-entropy, NLL), Triton `triton_red`/`triton_per`, pooling, cub sorts/scans, top-k.
+  (cross-entropy, NLL), Triton `triton_red`/`triton_per`, pooling, cub sorts/scans, top-k, MoE routing.
 * `optimizer`: `multi_tensor_apply` (foreach / fused optimizers), fused Adam/SGD/LAMB kernels.
 * `collective`: NCCL/RCCL kernels and PyTorch symmetric-memory / custom all-reduce kernels.
 * `memcpy`, `memset`: the GPU op kind (or a `Memcpy ...`/`Memset ...` name).

@@ -79,11 +79,11 @@ def rank_of(traces: list[KinetoTrace]) -> list[int]:
     return ranks
 
 
-def _calls(trace: KinetoTrace, rank: int, world: tuple[int, ...], sources: tuple[int, ...]) -> list[CollCall]:
+def _calls(trace: KinetoTrace, rank: int, world: tuple[int, ...], include: set[int]) -> list[CollCall]:
     c = trace.collectives
     out: list[CollCall] = []
     for j in range(len(c)):
-        if int(c.source[j]) not in sources or not c.kind[j]:
+        if j not in include or not c.kind[j]:
             continue
         members = c.pg_ranks[j]
         if members is None:
@@ -96,16 +96,17 @@ def _calls(trace: KinetoTrace, rank: int, world: tuple[int, ...], sources: tuple
     return out
 
 
-def match_collectives(traces: list[KinetoTrace], ranks: list[int], sources: tuple[int, ...]) -> Matching:
-    """Match the collective calls of the given sources (CollectiveSource values) across the given ranks."""
+def match_collectives(traces: list[KinetoTrace], ranks: list[int], include: list[set[int]]) -> Matching:
+    """Match collective calls across ranks; `include[i]`: the trace.collectives indices of trace i that do a
+    collective's work (GPU kernels, CPU work ranges), the ones a replay can couple."""
     m = Matching()
     present = set(ranks)
     world_size = next((t.world_size for t in traces if t.world_size is not None), len(traces))
     world = tuple(range(world_size))
     by_key: dict[tuple[str, str, tuple[int, ...]], dict[int, list[CollCall]]] = defaultdict(dict)
     path_of = dict(zip(ranks, (t.path for t in traces), strict=True))
-    for t, r in zip(traces, ranks, strict=True):
-        for call in _calls(t, r, world, sources):
+    for t, r, inc in zip(traces, ranks, include, strict=True):
+        for call in _calls(t, r, world, inc):
             if len(call.group) < 2 or r not in call.group:
                 continue
             if not set(call.group) <= present:
