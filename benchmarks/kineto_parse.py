@@ -110,6 +110,15 @@ def main() -> int:
             seconds, tr = _time(gz)
             _row("synthetic, gzipped", seconds, tr)
             print(f"synthetic trace: {len(tr.gpu):,} GPU ops, {len(tr.cpu):,} CPU ops, {len(tr.steps())} steps")
+            from trainsim.replay import replay
+
+            t0 = time.perf_counter()
+            r = replay([path])
+            total = time.perf_counter() - t0
+            mb = path.stat().st_size / 1e6
+            print(f"parse + build + replay of the {mb:.0f} MB trace: {total:.2f} s ({r.parse_s:.2f} parse, "
+                  f"{r.build_s:.2f} build, {r.replay_s:.2f} replay; {total / mb * 1e3:.1f} ms/MB; "
+                  f"{r.n_tasks:,} tasks; replay error {r.replay_error_pct:.3f}%)")
     return 0
 
 

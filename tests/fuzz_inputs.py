@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import json
 import tempfile
 
 import yaml
@@ -205,7 +206,73 @@ _EXPORT_FLAGS = {k: SIMULATE_FLAGS[k] for k in ("--model", "--cluster", "--nodes
                                                "--zero", "--recompute", "--global-batch", "--layers", "--dtype",
                                                "--granularity")}
 
+def _kineto_doc(rank: int, world: int, n_coll: int = 1) -> dict:
+    """A small valid two-rank GPU trace (ProfilerStep, a kernel, an all-reduce, a device sync)."""
+    def x(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: object) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts + 1e6, "dur": dur, "args": args}
+    ev = [x("user_annotation", "ProfilerStep#1", 0, 1000),
+          x("cuda_runtime", "cudaLaunchKernel", 10, 5, cbid=211, correlation=1),
+          x("kernel", "ampere_sgemm", 20, 200 + 100 * rank, pid=0, tid=7, stream=7, correlation=1, device=0)]
+    for k in range(n_coll):
+        ev.append(x("cuda_runtime", "cudaLaunchKernel", 30 + k, 0.5, cbid=211, correlation=2 + k))
+        ev.append(x("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 320 + 100 * k, 90, pid=0, tid=7, stream=7,
+                    correlation=2 + k, device=0, **{"Collective name": "allreduce", "In msg nelems": 1000,
+                                                    "Group size": 2, "dtype": "Float", "Process Group Name": "0",
+                                                    "Process Group Ranks": "[0, 1]"}))
+    ev.append(x("cuda_runtime", "cudaDeviceSynchronize", 40, 600, cbid=165, correlation=99))
+    return {"traceEvents": ev, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}}
+
+
+@st.composite
+def kineto_files(draw: st.DrawFn) -> dict[str, bytes]:
+    """Two ranks' traces with one mutation: none, truncated, bit-flipped, gzipped (maybe cut), not JSON, a
+    duplicated rank, a world-size mismatch, an extra collective without its peer, no events at all."""
+    docs = [_kineto_doc(0, 2), _kineto_doc(1, 2)]
+    kind = draw(st.sampled_from(["none", "truncate", "flip", "gzip", "gzip_cut", "text", "dup", "world", "peer",
+                                 "empty", "cpu_only", "array"]))
+    if kind == "dup":
+        docs[1]["distributedInfo"]["rank"] = 0
+    elif kind == "world":
+        docs[1]["distributedInfo"]["world_size"] = 4
+    elif kind == "peer":
+        docs[1] = _kineto_doc(1, 2, n_coll=2)
+    elif kind == "empty":
+        docs[0]["traceEvents"] = []
+    elif kind == "cpu_only":
+        docs = [{"traceEvents": [d["traceEvents"][0]]} for d in docs[:1]]
+    files = {f"rank{i}.json": json.dumps(d).encode() for i, d in enumerate(docs)}
+    name = "rank0.json"
+    data = files[name]
+    if kind == "truncate":
+        files[name] = data[:draw(st.integers(0, len(data) - 1))]
+    elif kind == "flip":
+        i = draw(st.integers(0, len(data) - 1))
+        files[name] = data[:i] + bytes([data[i] ^ draw(st.integers(1, 255))]) + data[i + 1:]
+    elif kind in ("gzip", "gzip_cut"):
+        z = gzip.compress(data)
+        files.pop(name)
+        files["rank0.json.gz"] = z if kind == "gzip" else z[:draw(st.integers(0, len(z) - 1))]
+    elif kind == "text":
+        files[name] = draw(st.sampled_from([b"not json", b"\xff\xfe", b"[1, 2]", b"{}", b'{"traceEvents": 3}']))
+    elif kind == "array":
+        files[name] = b'{"traceEvents": [1, "x", null, {"ph": "X", "ts": "a"}]}'
+    return files
+
+
+_REPLAY_FLAGS = [["--json", "o.json"], ["--json", "-"], ["--trace", "p.json"], ["--network-speedup", "2"],
+                 ["--network-speedup", "0"], ["--gpu", "h100-sxm", "--source-gpu", "a100-80gb"], ["--gpu", "nosuch"],
+                 ["--cluster", "dgx-a100"], ["--cluster", "nosuch"], ["--bucket-mb", "5"], ["--compress-bits", "3"],
+                 ["--fuse"], ["--no-overlap"], ["--cores-per-node", "0"], ["--modelled-latency"]]
+_SCALE_FLAGS = [["--cluster", "dgx-a100", "--nodes", "1,2"], ["--cluster", "dgx-a100", "--nodes", "x"],
+                ["--nodes", "0"], ["--ranks", "1,2"], ["--json", "s.json"], ["--cores-per-node", "2"]]
+
 COMMANDS: dict[str, st.SearchStrategy[Example]] = {
+    "replay | scale | optimize (trace files)": st.tuples(
+        kineto_files(), st.sampled_from(["replay", "scale", "optimize"]),
+        st.sampled_from([["rank0.json", "rank1.json"], ["rank*.json*"], ["rank0.json"], ["missing.json"], ["."],
+                         ["rank1.json", "rank1.json"], [""]]),
+        st.lists(st.sampled_from(_REPLAY_FLAGS + _SCALE_FLAGS), max_size=2)).map(
+        lambda x: ([x[1], *x[2], *(a for pair in x[3] for a in pair)], x[0])),
     "simulate (flags)": _no_files(st.tuples(flags(SIMULATE_FLAGS, 6), outputs(
         ["--json", "--trace", "--dump-config", "--dump-strategy"])).map(lambda x: ["simulate", "-q", *x[0], *x[1]])),
     "simulate (YAML job)": yaml_jobs().map(lambda doc: (["simulate", "job.yaml", "-q", "--json", "o.json"],

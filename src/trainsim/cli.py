@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .cli_chakra import chakra_app
-from .cli_replay import replay_cmd
+from .cli_replay import optimize_cmd, replay_cmd, scale_cmd
 from .config import DEFAULT_JOB_TEXT, LayeredJob, apply_flags, describe_flags, dump_yaml, load_yaml, parse_job
 from .console import progress_bar
 from .errors import ConfigError
@@ -578,6 +578,8 @@ def _print_listing(con: Console, title: str, table: Table, entries: list[tuple[s
 
 app.add_typer(chakra_app, name="chakra")
 app.command("replay")(replay_cmd)
+app.command("scale")(scale_cmd)
+app.command("optimize")(optimize_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:
