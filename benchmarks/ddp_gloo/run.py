@@ -202,7 +202,26 @@ def main(argv: list[str] | None = None) -> int:
         for b, us in rows:
             print(f"  {b:>10}: {us:10.1f} us  {b / us / 1e3:6.3f} GB/s")
     report(paths)
+    if {1, 2} <= set(a.procs) and (a.out / "gloo_allreduce.csv").is_file():
+        predict_two(a.out)
     return 0
+
+
+def predict_two(out: Path) -> None:
+    """Joint replay of the 2-process traces, and `scale` from the 1-process trace to 2 processes (the
+    all-reduce curve measured separately, the machine's cores shared) against the 2-process measurement."""
+    from trainsim.replay import replay
+    from trainsim.whatif.edits import load_comm_table
+    from trainsim.whatif.scale import scale
+
+    two = replay([out / "2proc"])
+    print(f"2-process joint replay: error {two.replay_error_pct:.3f}%, clock offsets {two.clock_offsets_us}")
+    pred = scale([out / "1proc"], load_comm_table(str(out / "gloo_allreduce.csv")), "gloo", [2], 2,
+                 cores_per_node=os.cpu_count() or 1)
+    p = pred.points[0]
+    err = (p.step_ms - two.measured_step_ms) / two.measured_step_ms * 100
+    print(f"scale 1 -> 2 processes: predicted {p.step_ms:.2f} ms, measured {two.measured_step_ms:.2f} ms "
+          f"(mean over steps of the slower rank), error {err:+.1f}%, alpha {p.alpha:.3f}")
 
 
 if __name__ == "__main__":
