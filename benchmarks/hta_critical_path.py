@@ -235,20 +235,15 @@ def trainsim_case(case: Case) -> dict[str, Any]:
     """trainsim's replay critical path of the case's window, by category, with kernels and causality."""
     from trainsim.replay import replay_trace
     from trainsim.trace.kineto import read_kineto
-    from trainsim.trace.kineto.graph import build_replay
     from trainsim.trace.kineto.model import CpuKind
 
     tr = read_kineto(DATA / case.path)
     r = replay_trace(tr)
     g, sim = r.graph, r.trace
     assert g is not None and sim is not None
-    graphs = getattr(r, "graphs", None)  # multi-rank replay: the rank's tables, task offset and clock shift
-    if graphs is not None:
-        rk = graphs.ranks[0]
-        rg, base, off_s = rk.rg, rk.task0, rk.delay_s
-    else:  # one-rank replay: the same graph again, for its thread and boundary tables
-        rg, base, off_s = build_replay(tr), 0, 0.0
-        assert len(rg.graph) == len(g) and rg.graph.name == g.name
+    assert r.graphs is not None
+    rk = r.graphs.ranks[0]  # the rank's thread and boundary tables, task offset and clock shift
+    rg, base, off_s = rk.rg, rk.task0, rk.delay_s
     gpu0 = base + rg.gpu_task0  # merged id of GPU op row 0
     w0, w1 = _own_window(tr, case)
     gpu, rt = tr.gpu, tr.runtime

@@ -175,6 +175,14 @@ def valid_et_files() -> dict[str, bytes]:
         return {p.name.replace("gpt2", "p"): p.read_bytes() for p in write_chakra(res.graph, d, "gpt2")}
 
 
+def _damage(draw: st.DrawFn, data: bytes, kind: str) -> bytes:
+    """The file cut short at a random byte ('truncate') or with one random byte flipped ('flip')."""
+    if kind == "truncate":
+        return data[:draw(st.integers(0, len(data) - 1))]
+    i = draw(st.integers(0, len(data) - 1))
+    return data[:i] + bytes([data[i] ^ draw(st.integers(1, 255))]) + data[i + 1:]
+
+
 @st.composite
 def mutated_et_files(draw: st.DrawFn) -> dict[str, bytes]:
     """A real workload with one mutation: none, a truncated or bit-flipped rank, a missing rank, gzip, or
@@ -183,11 +191,8 @@ def mutated_et_files(draw: st.DrawFn) -> dict[str, bytes]:
     rank = f"p.{draw(st.integers(0, 7))}.et"
     kind = draw(st.sampled_from(["none", "truncate", "flip", "drop", "gzip", "groups"]))
     data = files[rank]
-    if kind == "truncate":
-        files[rank] = data[:draw(st.integers(0, len(data) - 1))]
-    elif kind == "flip":
-        i = draw(st.integers(0, len(data) - 1))
-        files[rank] = data[:i] + bytes([data[i] ^ draw(st.integers(1, 255))]) + data[i + 1:]
+    if kind in ("truncate", "flip"):
+        files[rank] = _damage(draw, data, kind)
     elif kind == "drop":
         del files[rank]
     elif kind == "gzip":
@@ -243,11 +248,8 @@ def kineto_files(draw: st.DrawFn) -> dict[str, bytes]:
     files = {f"rank{i}.json": json.dumps(d).encode() for i, d in enumerate(docs)}
     name = "rank0.json"
     data = files[name]
-    if kind == "truncate":
-        files[name] = data[:draw(st.integers(0, len(data) - 1))]
-    elif kind == "flip":
-        i = draw(st.integers(0, len(data) - 1))
-        files[name] = data[:i] + bytes([data[i] ^ draw(st.integers(1, 255))]) + data[i + 1:]
+    if kind in ("truncate", "flip"):
+        files[name] = _damage(draw, data, kind)
     elif kind in ("gzip", "gzip_cut"):
         z = gzip.compress(data)
         files.pop(name)

@@ -90,12 +90,12 @@ def _topology_cluster(job: JobConfig) -> Cluster:
     return cluster_from_topology(levels, device, name=f"topology {format_topology(levels)}")
 
 
-def preset_cluster(name: str) -> Cluster:
-    """A cluster preset by name at its default size; an unknown name is a one-line ConfigError."""
+def preset_cluster(name: str, field: str = "cluster.name") -> Cluster:
+    """A cluster preset by name at its default size; an unknown name is a one-line ConfigError on `field`."""
     try:
         return get_cluster(name)
     except KeyError:
-        raise ConfigError("cluster.name", f"unknown cluster '{name}'",
+        raise ConfigError(field, f"unknown cluster '{name}'",
                           f"use one of {', '.join(sorted(CLUSTERS))} (trainsim clusters)") from None
 
 

@@ -4,7 +4,7 @@ one-node profile (PerfEstimator), and search what-if knobs on a replay (dPRO).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,6 +13,10 @@ from rich.table import Table
 from .errors import ConfigError
 from .files import Outputs, OutputTarget, Payload, json_text, write_outputs
 from .replay import expand_traces
+
+if TYPE_CHECKING:
+    from .replay import GraphEdit, RankGraph, ReplayResult
+    from .whatif.edits import CommCost
 
 Opt = typer.Option
 def _emit(json_target: OutputTarget | None, trace_target: OutputTarget | None, data: dict,
@@ -27,11 +31,8 @@ def _ms(x: float) -> str:
     return f"{x:,.3f}"
 
 
-def print_replay(result: object, console: Console) -> None:
+def print_replay(result: ReplayResult, console: Console) -> None:
     """The replay summary: steps per rank, the error, where the time goes, the critical path."""
-    from .replay import ReplayResult
-
-    assert isinstance(result, ReplayResult)
     t = Table(title=f"replay of {len(result.paths)} trace(s): error {result.replay_error_pct:.2f}% "
                     "(mean |replayed - measured| / measured)", title_justify="left")
     for col in ("rank", "step", "measured ms", "replayed ms", "error %"):
@@ -58,79 +59,81 @@ def print_replay(result: object, console: Console) -> None:
         console.print(f"assumed: {a}", highlight=False, markup=False)
 
 
-def _comm(cluster: str | None, comm_table: str | None) -> tuple[object | None, str]:
+def _comm(cluster: str | None, comm_table: str | None) -> tuple[CommCost | None, str]:
     """The network a what-if prices collectives on: a cluster preset or a measured all-reduce curve."""
     from .whatif.edits import ClusterComm, load_comm_table
 
     if cluster is not None and comm_table is not None:
         raise ConfigError("--cluster", "given with --comm-table", "price collectives on one of the two")
     if cluster is not None:
-        from .hardware.cluster import get_cluster
+        from .api import preset_cluster
 
-        try:
-            get_cluster(cluster, 1)
-        except (KeyError, ValueError):
-            raise ConfigError("--cluster", f"unknown cluster '{cluster}'", "see `trainsim clusters`") from None
+        preset_cluster(cluster, "--cluster")  # an unknown name is refused before any trace is read
         return ClusterComm(cluster), f"cluster {cluster}"
     if comm_table is not None:
         return load_comm_table(comm_table), f"measured curve {Path(comm_table).name}"
     return None, ""
 
 
-def _gpu_edit(target: str, source: str | None) -> object:
+def _gpu_edit(target: str, source: str | None) -> GraphEdit:
     """Re-time kernels for `target`, from the GPU the trace names (or `source`)."""
     from .whatif.edits import retime_gpu
     from .whatif.gpu import gpu_from_trace_name, time_ratios
 
     time_ratios(source or target, target)  # refuse an unknown target before any trace is read
 
-    def ratios_for(rk: object) -> dict[str, float]:
+    def ratios_for(rk: RankGraph) -> dict[str, float]:
         src = source
         if src is None:
-            names = rk.trace.gpu_names  # type: ignore[attr-defined]
+            names = rk.trace.gpu_names
             src = next((g for g in map(gpu_from_trace_name, names) if g is not None), None)
             if src is None:
-                raise ConfigError("--source-gpu", f"{rk.trace.path} names no GPU trainsim knows "  # type: ignore[attr-defined]
+                raise ConfigError("--source-gpu", f"{rk.trace.path} names no GPU trainsim knows "
                                   f"({', '.join(names) or 'no deviceProperties'})", "pass --source-gpu PRESET")
         return time_ratios(src, target)
     return retime_gpu(ratios_for, target)
 
 
-def what_if_edits(gpu: str | None, source_gpu: str | None, comm: object | None, label: str, group: int | None,
+def _check_cores(cores_per_node: int | None) -> None:
+    if cores_per_node is not None and cores_per_node < 1:
+        raise ConfigError("--cores-per-node", f"must be >= 1, got {cores_per_node}", "pass the node's cores")
+
+
+def what_if_edits(gpu: str | None, source_gpu: str | None, comm: CommCost | None, label: str, group: int | None,
                   network_speedup: float | None, no_overlap: bool, fuse: bool, bucket_mb: float | None,
-                  compress_bits: int | None, cores_per_node: int | None, ranks_per_node: int) -> list:
+                  compress_bits: int | None, cores_per_node: int | None, ranks_per_node: int) -> list[GraphEdit]:
     """The edits the flags ask for, in the order they must apply (host-core sharing last: it reads durations)."""
     from .whatif import edits as w
 
-    out: list = []
+    out: list[GraphEdit] = []
     if gpu is not None:
         out.append(_gpu_edit(gpu, source_gpu))
     if network_speedup is not None:
         if not network_speedup > 0:
             raise ConfigError("--network-speedup", f"must be > 0, got {network_speedup}", "e.g. 2 for twice as fast")
         out.append(w.scale_network(network_speedup))
-    if (bucket_mb is not None or compress_bits is not None) and comm is None:
-        flag = "--bucket-mb" if bucket_mb is not None else "--compress-bits"
-        raise ConfigError(flag, "needs a network to price the new messages on",
-                          "add --cluster PRESET or --comm-table CSV")
-    if comm is not None:
-        out.append(w.recost_network(comm, label, group))  # type: ignore[arg-type]
-    if bucket_mb is not None:
+    if comm is None:
+        if bucket_mb is not None or compress_bits is not None:
+            flag = "--bucket-mb" if bucket_mb is not None else "--compress-bits"
+            raise ConfigError(flag, "needs a network to price the new messages on",
+                              "add --cluster PRESET or --comm-table CSV")
+    else:
+        out.append(w.recost_network(comm, label, group))
+    if bucket_mb is not None and comm is not None:
         if not 0 < bucket_mb <= 1e6:
             raise ConfigError("--bucket-mb", f"must be in (0, 1e6], got {bucket_mb}", "e.g. 25 (DDP's default)")
-        out.append(w.bucket(bucket_mb * 2**20, comm, label, group))  # type: ignore[arg-type]
-    if compress_bits is not None:
+        out.append(w.bucket(bucket_mb * 2**20, comm, label, group))
+    if compress_bits is not None and comm is not None:
         if compress_bits not in (1, 2, 4, 8, 16):
             raise ConfigError("--compress-bits", f"must be 1, 2, 4, 8 or 16, got {compress_bits}",
                               "2 is TernGrad")
-        out.append(w.compress(compress_bits, comm, label, group))  # type: ignore[arg-type]
+        out.append(w.compress(compress_bits, comm, label, group))
     if fuse:
         out.append(w.fuse_elementwise())
     if no_overlap:
         out.append(w.overlap_off())
+    _check_cores(cores_per_node)
     if cores_per_node is not None:
-        if cores_per_node < 1:
-            raise ConfigError("--cores-per-node", f"must be >= 1, got {cores_per_node}", "pass the node's cores")
         out.append(w.share_host_cores(cores_per_node, ranks_per_node))
     return out
 
@@ -225,11 +228,10 @@ def scale_cmd(
         gpn = ranks_per_node or max(counts)
     if gpn < 1:
         raise ConfigError("--ranks-per-node", f"must be >= 1, got {gpn}", "pass ranks per node")
-    if cores_per_node is not None and cores_per_node < 1:
-        raise ConfigError("--cores-per-node", f"must be >= 1, got {cores_per_node}", "pass the node's cores")
+    _check_cores(cores_per_node)
     from .whatif.scale import scale
 
-    res = scale(paths, comm, label, counts, gpn, cores_per_node)  # type: ignore[arg-type]
+    res = scale(paths, comm, label, counts, gpn, cores_per_node)
     if not outs.to_stdout:
         con = Console(width=None)
         t = Table(title=f"data-parallel scaling on {label} (profile: {res.profile_ranks} rank(s), replayed step "

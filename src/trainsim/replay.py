@@ -99,7 +99,6 @@ class ReplayResult:
     build_s: float = 0.0
     replay_s: float = 0.0
     assumptions: list[str] = field(default_factory=list)
-    graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
     graphs: ReplayGraphs | None = field(default=None, repr=False)
 
@@ -109,20 +108,26 @@ class ReplayResult:
         return self.paths[0]
 
     @property
-    def step_ms(self) -> float:
-        """Mean replayed step time over steps, of the slowest rank per step, ms."""
+    def graph(self) -> ExecutionGraph | None:
+        """The merged graph that was replayed."""
+        return self.graphs.graph if self.graphs is not None else None
+
+    def _slowest_mean_ms(self, replayed: bool) -> float:
+        """Mean over steps of the slowest rank's time per step, ms."""
         per: dict[int, float] = defaultdict(float)
         for s in self.steps:
-            per[s.step] = max(per[s.step], s.replayed_ms)
+            per[s.step] = max(per[s.step], s.replayed_ms if replayed else s.measured_ms)
         return float(np.mean(list(per.values()))) if per else 0.0
+
+    @property
+    def step_ms(self) -> float:
+        """Mean replayed step time over steps, of the slowest rank per step, ms."""
+        return self._slowest_mean_ms(replayed=True)
 
     @property
     def measured_step_ms(self) -> float:
         """Mean measured step time over steps, of the slowest rank per step, ms."""
-        per: dict[int, float] = defaultdict(float)
-        for s in self.steps:
-            per[s.step] = max(per[s.step], s.measured_ms)
-        return float(np.mean(list(per.values()))) if per else 0.0
+        return self._slowest_mean_ms(replayed=False)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready summary (no graph)."""
@@ -408,16 +413,15 @@ def expand_traces(args: Sequence[str | Path]) -> list[Path]:
 
 def read_traces(paths: Sequence[str | Path | KinetoTrace],
                 progress: Callable[[int, int], None] | None = None) -> list[KinetoTrace]:
-    """Read every trace (already-read ones pass through; folders and globs expand to their traces)."""
-    named = [p for p in paths if not isinstance(p, KinetoTrace)]
-    files = iter(expand_traces(named)) if named else iter(())
-    paths = [p if isinstance(p, KinetoTrace) else None for p in paths]
-    paths = [p for q in paths for p in ([q] if q is not None else [])] + list(files) if named else paths
+    """Read every trace, in order (already-read ones pass through; folders and globs expand to their traces)."""
+    items: list[Path | KinetoTrace] = []
+    for p in paths:
+        items += [p] if isinstance(p, KinetoTrace) else expand_traces([p])
     out = []
-    for i, p in enumerate(paths):
+    for i, p in enumerate(items):
         out.append(p if isinstance(p, KinetoTrace) else read_kineto(p))
         if progress is not None:
-            progress(i + 1, len(paths))
+            progress(i + 1, len(items))
     return out
 
 
@@ -486,7 +490,7 @@ def _result(rgs: ReplayGraphs, sim: SimTrace, parse_s: float, build_s: float, re
         critical_path=cp, makespan_ms=max(sim.end_s, default=0.0) * 1e3, measured_span_ms=measured_end / 1e3,
         busy_ms_by_category=dict(busy), n_tasks=len(g), n_streams=len({(c, s) for c, s in g.queues}),
         peak_memory_bytes={rk.rank: p for rk in rgs.ranks if (p := _peak_memory(rk.trace))},
-        parse_s=parse_s, build_s=build_s, replay_s=replay_s, assumptions=list(rgs.assumptions), graph=g,
+        parse_s=parse_s, build_s=build_s, replay_s=replay_s, assumptions=list(rgs.assumptions),
         trace=sim, graphs=rgs)
 
 

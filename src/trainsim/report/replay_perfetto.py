@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from ..files import json_text
-from ..replay import ReplayResult
+from ..replay import RankGraph, ReplayResult
 
 
-def _measured(events: list[dict[str, Any]], pid: int, rk: Any, shift_us: float) -> None:  # noqa: ANN401
+def _measured(events: list[dict[str, Any]], pid: int, rk: RankGraph, shift_us: float) -> None:
     tr = rk.trace
     names = tr.strings
     tids: dict[str, int] = {}

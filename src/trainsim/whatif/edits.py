@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -45,16 +46,20 @@ class ClusterComm:
 
     cluster: str
 
+    @cached_property
+    def _gpus_per_node(self) -> int:
+        from ..hardware.cluster import get_cluster
+
+        return get_cluster(self.cluster, 1).gpus_per_node
+
     def time_s(self, kind: str, nbytes: float, n: int) -> float:
         from ..cost.microbench import nccl_collective
         from ..hardware.cluster import get_cluster
 
-        probe = get_cluster(self.cluster, 1)
-        nodes = max(1, math.ceil(n / probe.gpus_per_node))
-        op = _OPS.get(kind, "all_reduce")
         if n < 2:
             return 0.0
-        return nccl_collective(op, nbytes, get_cluster(self.cluster, nodes), n).result.time_s
+        nodes = max(1, math.ceil(n / self._gpus_per_node))
+        return nccl_collective(_OPS.get(kind, "all_reduce"), nbytes, get_cluster(self.cluster, nodes), n).result.time_s
 
 
 @dataclass(frozen=True)
@@ -108,47 +113,36 @@ def load_comm_table(path: str, field: str = "--comm-table") -> TableComm:
 
 @dataclass
 class CollTask:
-    """One GPU collective kernel of one rank as a task of the merged graph."""
+    """One collective's work (a GPU kernel or a CPU work range) on one rank, as a task of the merged graph."""
 
     rank_index: int
     task: int
     kind: str
     nbytes: float
+    elem_bytes: int  # bytes per element of its dtype
     group: int  # ranks in its group
-    launch_us: float  # its launch (or start) on the rank's clock, relative to the trace origin
+    start_us: float  # its measured start on the rank's clock, relative to the trace origin
     coupled: bool = False
 
 
-@dataclass
-class Collectives:
-    """Every GPU collective kernel of the replay, by rank."""
-
-    tasks: list[CollTask] = field(default_factory=list)
-
-    def by_rank(self) -> dict[int, list[CollTask]]:
-        out: dict[int, list[CollTask]] = defaultdict(list)
-        for c in self.tasks:
-            out[c.rank_index].append(c)
-        return out
-
-
-def gpu_collectives(rgs: ReplayGraphs) -> Collectives:
+def collective_works(rgs: ReplayGraphs) -> list[CollTask]:
     """The replay's collective works (GPU kernels, CPU work ranges such as gloo's) with bytes and groups."""
     coupled = {t for calls in rgs.coupled for t, _ in calls}
-    out = Collectives()
+    out: list[CollTask] = []
     for i, rk in enumerate(rgs.ranks):
         c, tr = rk.trace.collectives, rk.trace
         for j, local in sorted(rk.rg.coll_task.items()):
             n = c.group_size[j] if c.group_size[j] > 0 else (len(c.pg_ranks[j]) if c.pg_ranks[j] else
                                                              (tr.world_size or 1))
-            nbytes = max(c.in_nelems[j], c.out_nelems[j], 0) * dtype_bytes(c.dtype[j])
+            elem = dtype_bytes(c.dtype[j])
+            nbytes = max(c.in_nelems[j], c.out_nelems[j], 0) * elem
             t = rk.task0 + local
-            out.tasks.append(CollTask(i, t, c.kind[j], float(nbytes), int(n), float(c.ts_us[j]), t in coupled))
+            out.append(CollTask(i, t, c.kind[j], float(nbytes), elem, int(n), float(c.ts_us[j]), t in coupled))
     return out
 
 
-def _need_bytes(colls: Collectives, what: str) -> None:
-    if colls.tasks and not any(c.nbytes > 0 for c in colls.tasks):
+def _need_bytes(colls: list[CollTask], what: str) -> None:
+    if colls and not any(c.nbytes > 0 for c in colls):
         raise ConfigError(what, "the trace's collectives carry no message sizes (no 'In msg nelems')",
                           "profile with a PyTorch that records collective metadata (2.1 or newer)")
 
@@ -160,12 +154,12 @@ def recost_network(comm: CommCost, label: str, group: int | None = None) -> Grap
     that size, as when data parallelism grows); waits come from the coupling of the ranks, not from the
     measurement."""
     def edit(rgs: ReplayGraphs) -> None:
-        colls = gpu_collectives(rgs)
+        colls = collective_works(rgs)
         _need_bytes(colls, "--cluster")
-        for c in colls.tasks:
+        for c in colls:
             if c.nbytes > 0:
                 rgs.graph.duration_s[c.task] = comm.time_s(c.kind, c.nbytes, group or c.group)
-        rgs.assumptions.append(f"what-if network: {len(colls.tasks)} collectives re-costed on {label}"
+        rgs.assumptions.append(f"what-if network: {len(colls)} collectives re-costed on {label}"
                                + (f" for groups of {group}" if group else ""))
     return edit
 
@@ -177,14 +171,13 @@ def share_host_cores(cores_per_node: int, ranks_per_node: int) -> GraphEdit:
     def edit(rgs: ReplayGraphs) -> None:
         g = rgs.graph
         per_thread = ranks_per_node / cores_per_node  # one busy thread's share of the rank's cores
-        works = {c.task for c in gpu_collectives(rgs).tasks if g.kind[c.task] == "host"}
-        for ci, rk in enumerate(rgs.ranks):
+        works = {c.task for c in collective_works(rgs) if g.kind[c.task] == "host"}
+        for rk in rgs.ranks:
             res = g.resource_id(f"cpu cores of rank {rk.rank}")
             for t in range(rk.task0, rk.task0 + rk.n_tasks):
                 if g.kind[t] == "host" and (g.category[t] in ("host", "runtime", "launch") or t in works) \
                         and g.duration_s[t] > 0:
                     g.flow_demand[t] = ((res, g.duration_s[t] * per_thread),)
-            del ci
         rgs.assumptions.append(f"host CPU work shares {cores_per_node} cores among {ranks_per_node} ranks per node")
     return edit
 
@@ -192,10 +185,10 @@ def share_host_cores(cores_per_node: int, ranks_per_node: int) -> GraphEdit:
 def scale_network(speedup: float) -> GraphEdit:
     """Collective kernels `speedup` times faster (their wait-free part when coupled)."""
     def edit(rgs: ReplayGraphs) -> None:
-        colls = gpu_collectives(rgs)
-        for c in colls.tasks:
+        colls = collective_works(rgs)
+        for c in colls:
             rgs.graph.duration_s[c.task] /= speedup
-        rgs.assumptions.append(f"what-if network x{speedup:g}: {len(colls.tasks)} collective kernels scaled")
+        rgs.assumptions.append(f"what-if network x{speedup:g}: {len(colls)} collectives scaled")
     return edit
 
 
@@ -220,9 +213,10 @@ def overlap_off() -> GraphEdit:
     device, and the work launched after it waits for it."""
     def edit(rgs: ReplayGraphs) -> None:
         g = rgs.graph
+        works = collective_works(rgs)
         for i, rk in enumerate(rgs.ranks):
             tr = rk.trace
-            colls = {c.task for c in gpu_collectives(rgs).tasks if c.rank_index == i}
+            colls = {c.task for c in works if c.rank_index == i}
             if not colls:
                 continue
             order = np.argsort(tr.gpu.ts_us, kind="stable").tolist()
@@ -302,10 +296,6 @@ def fuse_elementwise() -> GraphEdit:
     return edit
 
 
-__all__ = ["ClusterComm", "CollTask", "CommCost", "TableComm", "dtype_bytes", "fuse_elementwise", "share_host_cores", "compress", "bucket",
-           "gpu_collectives", "load_comm_table", "overlap_off", "recost_network", "retime_gpu", "scale_network"]
-
-
 def _pass_s_per_byte(rgs: ReplayGraphs, grad_bytes_per_step: float) -> float:
     """Seconds one memory pass over a byte of gradient takes on this machine, measured from the trace's
     optimizer (SGD/Adam read the gradient and parameters and write the parameters: about 3 passes)."""
@@ -328,14 +318,13 @@ def compress(bits: int, comm: CommCost, label: str, group: int | None = None) ->
     their dtype's, plus encode and decode work (about 2.2 memory passes over the full gradient, timed from
     the trace's own optimizer step) on the communication worker."""
     def edit(rgs: ReplayGraphs) -> None:
-        colls = [c for c in gpu_collectives(rgs).tasks if c.kind == "allreduce" and c.nbytes > 0]
-        _need_bytes(Collectives(colls), "--compress")
+        colls = [c for c in collective_works(rgs) if c.kind == "allreduce" and c.nbytes > 0]
+        _need_bytes(colls, "--compress")
         n_steps = max(len(rgs.ranks[0].trace.steps()), 1)
         per_step = sum(c.nbytes for c in colls if c.rank_index == 0) / n_steps
         pass_s = _pass_s_per_byte(rgs, per_step)
         for c in colls:
-            elem = 4 if c.nbytes % 4 == 0 else 2
-            small = c.nbytes * bits / (8 * elem)
+            small = c.nbytes * bits / (8 * c.elem_bytes)
             rgs.graph.duration_s[c.task] = comm.time_s(c.kind, small, group or c.group) + 2.2 * c.nbytes * pass_s
         rgs.assumptions.append(f"what-if compression: {len(colls)} all-reduces carry {bits}-bit gradients on {label}; "
                                f"encode+decode {2.2 * pass_s * 1e12:.1f} ps/byte from the optimizer's time")
@@ -348,16 +337,16 @@ def bucket(cap_bytes: float, comm: CommCost, label: str, group: int | None = Non
     one larger than the cap is split into equal pieces sent back to back (the trace cannot tell when
     parts of a bucket were ready, so a split bucket starts when the whole one was)."""
     def edit(rgs: ReplayGraphs) -> None:
-        colls = [c for c in gpu_collectives(rgs).tasks if c.kind == "allreduce" and c.nbytes > 0]
-        _need_bytes(Collectives(colls), "--bucket-mb")
+        colls = [c for c in collective_works(rgs) if c.kind == "allreduce" and c.nbytes > 0]
+        _need_bytes(colls, "--bucket-mb")
         g = rgs.graph
         n_new = 0
         for rk_i, rk in enumerate(rgs.ranks):
             steps = rk.trace.steps()
-            mine = sorted((c for c in colls if c.rank_index == rk_i), key=lambda c: c.launch_us)
+            mine = sorted((c for c in colls if c.rank_index == rk_i), key=lambda c: c.start_us)
             by_step: dict[int, list[CollTask]] = defaultdict(list)
             for c in mine:
-                k = next((i for i, w in enumerate(steps) if w.start_us <= c.launch_us < w.end_us), -1)
+                k = next((i for i, w in enumerate(steps) if w.start_us <= c.start_us < w.end_us), -1)
                 by_step[k].append(c)
             for group_colls in by_step.values():
                 acc: list[CollTask] = []
@@ -378,3 +367,8 @@ def bucket(cap_bytes: float, comm: CommCost, label: str, group: int | None = Non
         rgs.assumptions.append(f"what-if buckets of {cap_bytes / 2**20:g} MiB: {len(colls)} all-reduces became "
                                f"{n_new} on {label}")
     return edit
+
+
+__all__ = ["ClusterComm", "CollTask", "CommCost", "TableComm", "bucket", "collective_works", "compress",
+           "dtype_bytes", "fuse_elementwise", "load_comm_table", "overlap_off", "recost_network", "retime_gpu",
+           "scale_network", "share_host_cores"]

@@ -46,7 +46,7 @@ import numpy as np
 
 from ...compile.graph import ExecutionGraph, RankClass
 from ...compile.program import Stream
-from .model import CollectiveSource, GpuKind, KinetoTrace, RuntimeKind, SyncKind
+from .model import CollectiveSource, GpuKind, KinetoTrace, RuntimeKind, StepWindow, SyncKind
 
 FIRST_STREAM = len(Stream)
 _ROUND = 3  # boundaries are rounded to 1 ns so equal times from different tables coincide
@@ -117,8 +117,8 @@ class _Work:
     step: int  # step whose issuing thread waits for it, -1 if none
 
 
-def _cpu_collective_works(trace: KinetoTrace, step_threads: set[int], steps: list, step_thread: dict[int, int]
-                          ) -> tuple[list[_Work], list[tuple[int, float, float, list[int]]]]:
+def _cpu_collective_works(trace: KinetoTrace, step_threads: set[int], steps: list[StepWindow],
+                          step_thread: dict[int, int]) -> tuple[list[_Work], list[tuple[int, float, float, list[int]]]]:
     """CPU collective works, each paired with its issuing call, and per step the waits: (issuing thread,
     end of the last issue, the optimizer step (else the step end), the step's works in issue order)."""
     cpu, c = trace.cpu, trace.collectives
