@@ -56,6 +56,8 @@ def main() -> None:
         for dt, b in rep["gemm_dtype_bias_after"].items():
             print(f"  GEMM {dt:5s} measured/predicted (geomean, fitted model) = {b['measured_over_predicted_geomean']:.3f}"
                   f" over {b['n']} rows")
+        for kernel, d in rep["attention_kernel_speed"].items():
+            print(f"  attention_kernel_speed[{kernel}]: {d['status']} ({d['n']} rows)")
         for dt, d in rep["dtype_gemm_fraction"].items():
             print(f"  dtype_gemm_fraction[{dt}]: {d['status']} ({d['n']} rows)")
         for w in rep["warnings"]:

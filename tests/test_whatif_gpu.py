@@ -78,7 +78,8 @@ def test_attention_follows_the_flash_fractions() -> None:
 def test_a100_to_h100_speeds_gemms_more_than_elementwise() -> None:
     ratios = time_ratios("a100-80gb", "h100-sxm")
     assert ratios["gemm"] < ratios["elementwise"] < 1.0
-    assert ratios["attention"] < ratios["elementwise"]
+    # FlashAttention-2 (the trace's kernel) gains ~1.6x on H100 (FA3 paper figures), far less than cuBLAS GEMMs
+    assert ratios["gemm"] < ratios["attention"] < 1.0
     back = time_ratios("h100-sxm", "a100-80gb")
     assert all(back[c] == pytest.approx(1.0 / ratios[c]) for c in ratios)
 

@@ -43,7 +43,10 @@ class ModelSpec(_Strict):
     kv_heads: int | None = Field(None, ge=1, le=MAX_HEADS)
     ffn: int | None = Field(None, ge=1, le=MAX_FFN)
     vocab: int | None = Field(None, ge=1, le=MAX_VOCAB)
-    attention: Literal["flash", "unfused"] = "flash"
+    attention: Literal["flash", "flash3", "cudnn", "triton", "unfused"] = Field(
+        "flash", description="attention kernel: flash (FlashAttention-2), flash3 (FlashAttention-3, Hopper), cudnn "
+        "(cuDNN fused attention, as Transformer Engine runs it), triton (the Triton FlashAttention of 2022, e.g. "
+        "llm-foundry attn_impl: triton) or unfused (softmax and two batched GEMMs)")
 
 
 class ClusterSpec(_Strict):

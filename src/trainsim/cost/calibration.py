@@ -35,8 +35,20 @@ class ComputeParams(_Strict):
     tile: int = Field(128, ge=16, description="output tile edge used for tile/wave quantisation")
     k_half: float = Field(64.0, ge=0, description="reduction length at which a GEMM runs at half speed")
     small_mn_half: float = Field(0.0, ge=0, description="output elements (m x n) at which a GEMM runs at half speed")
-    flash_fraction_fwd: float = Field(gt=0, le=1)
-    flash_fraction_bwd: float = Field(gt=0, le=1)
+    flash_fraction_fwd: float = Field(gt=0, le=1, description="FlashAttention-2 forward at head dim 128, long "
+                                      "sequences, no mask: achieved / dense peak")
+    flash_fraction_bwd: float = Field(gt=0, le=1, description="the same for the backward pass")
+    attention_seq_half: float = Field(0.0, ge=0, description="key length (tokens) at which a fused attention kernel "
+                                      "runs at half its long-sequence speed")
+    attention_head_dim_half: float = Field(0.0, ge=0, description="head dim at which it runs at half speed "
+                                           "(normalised to head dim 128; larger head dims count as 128)")
+    attention_causal_max: float = Field(1.0, gt=0, le=1, description="causal speed / unmasked speed at long sequence "
+                                        "(load imbalance of the triangular work)")
+    attention_causal_tiles: float = Field(0.0, ge=0, description="128-token key blocks of diagonal waste: a causal "
+                                          "kernel runs at n / (n + this) of its long-sequence speed, n = keys / 128")
+    attention_kernel_speed: dict[str, float] = Field(
+        default_factory=dict, description="speed of another fused attention kernel relative to FlashAttention-2 "
+        "on this family (flash3, cudnn, triton)")
     hbm_efficiency: float = Field(gt=0, le=1, description="achievable / peak HBM bandwidth for streaming ops")
     kernel_overhead_s: float = Field(ge=0, description="GPU-side gap per kernel (launch + ramp)")
     host_overhead_s: float = Field(0.0, ge=0, description="framework (CPU) time to dispatch one op, per kernel")

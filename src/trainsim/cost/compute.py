@@ -12,9 +12,14 @@ This follows NVIDIA's "Matrix Multiplication Background User's Guide" (tile and 
 and is the structure the accuracy issue calibrates per device family; a dtype whose kernels reach a
 different share of their own peak (fp32 SGEMM on CUDA cores, tf32, fp8) has its own peak fraction.
 Megatron's unfused attention uses its fused scale-mask-softmax kernel only where that kernel takes the
-per-rank shape; elsewhere PyTorch's five-kernel fp32 softmax runs. Fused flash attention runs
-at FLASH_FRACTION of peak (FlashAttention-2 reports 50-73% of A100 peak forward, lower backward;
-Dao 2023, section 4.1) and skips the masked half under causal masking.
+per-rank shape; elsewhere PyTorch's five-kernel fp32 softmax runs. Fused attention runs at the kernel's
+share of peak (`attention_efficiency`): FlashAttention-2's long-sequence, head-dim-128 fraction, slower at
+short keys and small head dims, slower again under a causal mask (diagonal blocks and load imbalance),
+and scaled by the kernel actually used (FlashAttention-3 / cuDNN on Hopper, the 2022 Triton kernel); the
+masked half of a causal score matrix is skipped.
+FP8 (Transformer Engine / torchao float8 semantics): only weighted GEMMs run in FP8; each casts its input
+and weight to FP8 on the way in (forward) and its output gradient (backward), cast and transpose fused
+(read 2 bytes, write 2 per element); attention, batched GEMMs, norms and element-wise ops stay BF16.
 """
 
 from __future__ import annotations
@@ -57,6 +62,19 @@ def fused_softmax_available(local: Mapping[str, float], causal: bool) -> bool:
         return False
     per_block = softmax_batch_per_block(sk)
     return batches % per_block == 0 if causal else sq % per_block == 0
+
+
+def _fp8_cast_bytes(op: Op, local: Mapping[str, float], phase: str) -> float:
+    """HBM bytes of the FP8 casts around one weighted GEMM in a phase (fused cast + transpose: read 2 bytes,
+    write 1 + 1 per element). Forward: the input activation and the weight; backward: the output gradient
+    (once for dgrad and wgrad together, charged to dgrad when the phases are split)."""
+    if phase == "wgrad":
+        return 0.0
+    if phase in ("bwd", "dgrad"):
+        return 4.0 * math.prod(local.get(d, 1) for d in op.output)
+    act = math.prod(local.get(d, 1) for d in op.inputs[0]) if op.inputs else 0.0
+    weight = math.prod(local.get(d, 1) for d in op.weight) if op.weight else 0.0
+    return 4.0 * (act + weight)
 
 
 def _torch_softmax(op: Op, local: Mapping[str, float] | None) -> bool:
@@ -126,7 +144,37 @@ class RooflineCompute:
         return (prod(local[d] for d in m_d), prod(local[d] for d in n_d), prod(local[d] for d in k_d),
                 prod(local[d] for d in batch))
 
+    def contraction_time(self, op: Op, local: Mapping[str, float], phase: str, device: Device, dtype: str) -> float:
+        """The GEMM / convolution kernel(s) of a phase alone (no launch gap, no FP8 casts)."""
+        bwd = phase == "bwd"
+        flops = op.bwd_flops(local) if bwd else op.fwd_flops(local)
+        bytes_ = (op.bwd_bytes(local) if bwd else op.fwd_bytes(local))
+        if phase in ("dgrad", "wgrad"):  # one of the two backward GEMMs of a weighted op
+            flops, bytes_ = op.bwd_flops(local) / 2, op.bwd_bytes(local) / 2
+        bytes_ *= _ELEM_SCALE.get(dtype, 1.0)
+        m, n, k, b = self._mnk(op, local)
+        eff = self.gemm_efficiency(m, n, k, b, device, dtype)
+        hbm = device.hbm_gbps * 1e9 * self.params.hbm_efficiency
+        return max(flops / (device.peak_flops(dtype) * eff), bytes_ / hbm)
+
+    def attention_efficiency(self, op: Op, local: Mapping[str, float], bwd: bool) -> float:
+        """Share of dense peak a fused attention kernel reaches on this shape (per FlashAttention convention:
+        causal FLOPs halved, backward 2.5x forward)."""
+        p = self.params
+        eff = (p.flash_fraction_bwd if bwd else p.flash_fraction_fwd) * p.attention_kernel_speed.get(op.kernel, 1.0)
+        keys = max(1.0, float(local.get("t", local.get("s", 1))))
+        eff *= keys / (keys + p.attention_seq_half)
+        d, dh = min(float(local.get("d", 128)), 128.0), p.attention_head_dim_half
+        eff *= (d / (d + dh)) * ((128.0 + dh) / 128.0)
+        if op.causal:
+            blocks = keys / 128.0
+            eff *= p.attention_causal_max * blocks / (blocks + p.attention_causal_tiles)
+        return min(1.0, eff)
+
     def op_time(self, op: Op, local: Mapping[str, float], phase: str, device: Device, dtype: str) -> float:
+        fp8 = dtype == "fp8"
+        if fp8 and not (op.kind == OpKind.MATMUL and op.weight is not None):
+            dtype = "bf16"  # FP8 recipes run only weighted GEMMs in FP8
         peak = device.peak_flops(dtype)
         bwd = phase == "bwd"
         flops = op.bwd_flops(local) if bwd else op.fwd_flops(local)
@@ -137,12 +185,14 @@ class RooflineCompute:
             flops, bytes_ = op.bwd_flops(local) / 2, op.bwd_bytes(local) / 2 * elem_scale
         hbm = device.hbm_gbps * 1e9 * self.params.hbm_efficiency
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
-            m, n, k, b = self._mnk(op, local)
-            eff = self.gemm_efficiency(m, n, k, b, device, dtype)
-            t = max(flops / (peak * eff), bytes_ / hbm)
+            t = self.contraction_time(op, local, phase, device, dtype)
             kernels = self.kernels(op, phase)
+            if fp8:
+                cast_bytes = _fp8_cast_bytes(op, local, phase)
+                t += cast_bytes / hbm
+                kernels += 1 if cast_bytes else 0
         elif op.kind == OpKind.ATTENTION:
-            frac = self.params.flash_fraction_bwd if bwd else self.params.flash_fraction_fwd
+            frac = self.attention_efficiency(op, local, bwd)
             hw_flops = flops * (0.5 if op.causal else 1.0) * (1.25 if bwd else 1.0)  # bwd recomputes P
             t = max(hw_flops / (peak * frac), bytes_ / hbm)
             kernels = 1

@@ -10,14 +10,17 @@ source next to the number; users can drop more files with the same columns into 
 * memory (`device,op,bytes,gbps,source,notes`): streaming kernels, measured time = bytes / gbps.
 
 Every prediction goes through the model's own path: a GEMM becomes a MATMUL `Op` priced by
-`RooflineCompute(params).op_time(op, dims, "fwd", device, dtype)` (nothing subtracted), an attention row an
+`RooflineCompute(params).contraction_time(...)` plus the kernel gap (an FP8 benchmark casts beforehand), an attention row an
 ATTENTION `Op`, a memory row `RooflineCompute.memory_time`. The fit minimises the mean squared log error of
 predicted vs measured time with a small bounded Nelder-Mead (grid start, logit-transformed box), numpy only:
 
 * `hbm_efficiency` from memory rows (first: it also prices memory-bound GEMMs and attention),
 * `gemm_peak_fraction`, `k_half` (and `small_mn_half` only if the compute model uses it) from GEMM rows of the
   training dtypes (fp16/bf16 by default; other dtypes are still predicted and reported as a per-dtype bias),
-* `flash_fraction_fwd` / `flash_fraction_bwd` from the newest FlashAttention generation present.
+* from the reference fused-attention kernel (FlashAttention-2 rows when present, else the newest FlashAttention
+  generation): the shape constants `attention_seq_half`, `attention_head_dim_half`, `attention_causal_max`,
+  `attention_causal_tiles`, then `flash_fraction_fwd` / `flash_fraction_bwd`; every other fused kernel present
+  (flash3, cudnn, triton) gets its speed relative to the reference, `attention_kernel_speed[kernel]`.
 
 A parameter stays at its base value, and the report says why, when no row informs it (no rows, or no row whose
 predicted time moves by 5% when the parameter changes 4x).
@@ -59,7 +62,18 @@ MIN_SENSITIVITY = 0.05  # |change of log time| when a parameter moves from x/2 t
 MIN_DTYPE_ROWS = 3  # rows of one non-training dtype needed to give it its own GEMM peak fraction
 MIN_TIME_S = 20e-6  # shorter measurements mix in launch/dispatch overhead the fitted parameters do not describe
 _BOUNDS = {"gemm_peak_fraction": (0.2, 1.0), "k_half": (0.0, 4096.0), "small_mn_half": (0.0, 8192.0),
-           "flash_fraction_fwd": (0.05, 1.0), "flash_fraction_bwd": (0.05, 1.0), "hbm_efficiency": (0.3, 1.0)}
+           "flash_fraction_fwd": (0.05, 1.0), "flash_fraction_bwd": (0.05, 1.0), "hbm_efficiency": (0.3, 1.0),
+           "attention_seq_half": (0.0, 4096.0), "attention_head_dim_half": (0.0, 256.0),
+           "attention_causal_max": (0.3, 1.0), "attention_causal_tiles": (0.0, 16.0)}
+ATTENTION_SHAPE = ("attention_seq_half", "attention_head_dim_half", "attention_causal_max", "attention_causal_tiles")
+# measurement rows' `impl` -> the compute model's attention kernel (None: not a fused kernel)
+_KERNELS = {"flash": "flash", "flash2": "flash", "fa2": "flash", "flashattention2": "flash", "flash3": "flash3",
+            "fa3": "flash3", "flashattention3": "flash3", "cudnn": "cudnn", "triton": "triton"}
+
+
+def attention_kernel(impl: str) -> str | None:
+    """The compute model's kernel name for a measurement row's `impl` (flash2 -> flash; None if unfused)."""
+    return _KERNELS.get(re.sub(r"[^a-z0-9]", "", impl.lower()))
 _PROBE_WHEN_ZERO = {"k_half": 64.0, "small_mn_half": 128.0}
 
 
@@ -170,14 +184,14 @@ def gemm_op(m: int, n: int, k: int, batch: int = 1) -> Op:
     return Op("gemm", OpKind.MATMUL, {"m": m, "n": n, "k": k}, (("m", "k"),), ("m", "n"), weight=("n", "k"))
 
 
-def attention_op(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool) -> Op:
-    """A fused (flash) ATTENTION op over (b, a, s, t, d) with the FlashAttention FLOP convention
+def attention_op(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool, kernel: str = "flash") -> Op:
+    """A fused ATTENTION op over (b, a, s, t, d) with the FlashAttention FLOP convention
     (as workload/zoo/transformer.py builds it: 4 FLOPs per (b, a, s, t, d) point, backward 2x forward)."""
     dims = {"b": batch, "a": heads, "s": seq_len, "t": seq_len, "d": head_dim}
     qo = ("b", "s", "a", "d")
     kv = ("b", "t", "a", "d")
     return Op("attention", OpKind.ATTENTION, dims, (qo, kv, kv), qo, flop_dims=("b", "a", "s", "t", "d"),
-              flops_per_point=4.0, causal=causal, bwd_flops_factor=2.0)
+              flops_per_point=4.0, causal=causal, bwd_flops_factor=2.0, kernel=kernel)
 
 
 def _gemm_shape(row: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
@@ -213,12 +227,13 @@ def measured_memory_time(row: Mapping[str, Any]) -> float:
 def predict_gemm(params: ComputeParams, row: Mapping[str, Any], device: Device) -> float:
     m, n, k, b = _gemm_shape(row) or (0, 0, 0, 0)
     op = gemm_op(m, n, k, b)
-    return RooflineCompute(params).op_time(op, op.dims, "fwd", device, row["dtype"])
+    model = RooflineCompute(params)  # the GEMM kernel alone: a benchmark's FP8 inputs are cast beforehand
+    return model.contraction_time(op, op.dims, "fwd", device, row["dtype"]) + params.kernel_overhead_s
 
 
 def predict_attention(params: ComputeParams, row: Mapping[str, Any], device: Device) -> float:
     op = attention_op(_int(row["batch"]), _int(row["heads"]), _int(row["seq_len"]), _int(row["head_dim"]),
-                      bool(row.get("causal")))
+                      bool(row.get("causal")), attention_kernel(str(row.get("impl", ""))) or "flash")
     model = RooflineCompute(params)
     direction = _direction(row)
     phases = ("fwd", "bwd") if direction == "fwd_bwd" else (direction,)
@@ -517,12 +532,14 @@ def fit_compute_params(base: ComputeParams, gemm_rows: Iterable[Mapping[str, Any
         status["small_mn_half"] = "not used by RooflineCompute.gemm_efficiency: kept at base value"
     params = _fit_block(params, gemm_names, [r for r in gemm if r["_used"]], predict_gemm, status)
 
-    # attention -> flash fractions (one flash implementation)
+    # attention -> shape constants and flash fractions on the reference kernel, then the other kernels' speeds
     if attention_impls is not None:
         chosen = {str(i) for i in attention_impls}
     else:
-        gens = [g for g in (_flash_generation(str(r.get("impl", ""))) for r in attn if not r["_skip"]) if g]
-        chosen = {max(gens)[1]} if gens else set()
+        fused = [str(r.get("impl", "")) for r in attn if not r["_skip"] and attention_kernel(str(r.get("impl", "")))]
+        fa2 = {i for i in fused if attention_kernel(i) == "flash"}
+        gens = [g for g in (_flash_generation(i) for i in fused) if g]
+        chosen = fa2 or ({max(gens)[1]} if gens else set())
     for r in attn:
         reason = r["_skip"]
         if not reason and str(r.get("impl", "")) not in chosen:
@@ -541,12 +558,16 @@ def fit_compute_params(base: ComputeParams, gemm_rows: Iterable[Mapping[str, Any
         names.append("flash_fraction_bwd")
     else:
         status["flash_fraction_bwd"] = "no data: kept at base value"
+    # level first (so the shape does not absorb it), then the shape, then the level again
     params = _fit_block(params, names, used_attn, predict_attention, status)
+    params = _fit_block(params, list(ATTENTION_SHAPE), used_attn, predict_attention, status)
+    params = _fit_block(params, names, used_attn, predict_attention, status)
+    params, kernel_fit = _fit_kernel_speeds(params, attn, chosen, too_short)
 
     params, dtype_fit = _fit_dtype_fractions(params, gemm, wanted, exclude_misaligned, too_short)
 
     fitted_names = ["gemm_peak_fraction", "k_half", "small_mn_half", "flash_fraction_fwd", "flash_fraction_bwd",
-                    "hbm_efficiency"]
+                    *ATTENTION_SHAPE, "hbm_efficiency"]
     dtype_bias: dict[str, dict[str, float]] = {}
     for dt in sorted({r["dtype"] for r in gemm if not r["_skip"]}):
         ratios = [r["_measured"] / predict_gemm(params, r, r["_device"]) for r in gemm
@@ -574,8 +595,31 @@ def fit_compute_params(base: ComputeParams, gemm_rows: Iterable[Mapping[str, Any
         "gemm_dtypes": None if wanted is None else sorted(wanted),
         "gemm_dtype_bias_after": dtype_bias,
         "dtype_gemm_fraction": dtype_fit,
+        "attention_kernel_speed": kernel_fit,
     }
     return params, report
+
+
+def _fit_kernel_speeds(params: ComputeParams, attn: Sequence[dict[str, Any]], reference: Collection[str],
+                       too_short: Callable[[Mapping[str, Any]], str]) -> tuple[ComputeParams, dict[str, Any]]:
+    """Each fused kernel outside the reference gets one speed factor: the geometric mean of predicted (at the
+    reference kernel's speed) over measured time of its rows, which is exact when every row is compute-bound."""
+    speeds = dict(params.attention_kernel_speed)
+    out: dict[str, Any] = {}
+    ref = {attention_kernel(i) for i in reference}
+    by_kernel: dict[str, list[dict[str, Any]]] = {}
+    for r in attn:
+        kernel = attention_kernel(str(r.get("impl", "")))
+        if kernel and kernel not in ref and not r["_skip"] and not too_short(r):
+            by_kernel.setdefault(kernel, []).append(r)
+    for kernel, rows in sorted(by_kernel.items()):
+        trial = params.model_copy(update={"attention_kernel_speed": {**speeds, kernel: 1.0}})
+        logs = [math.log(predict_attention(trial, r, r["_device"]) / r["_measured"]) for r in rows]
+        speeds[kernel] = round(float(np.exp(np.mean(logs))), 4)
+        out[kernel] = {"n": len(rows), "status": f"fitted: {speeds[kernel]}"}
+        for r in rows:
+            r["_used"], r["_reason"] = True, f"fits attention_kernel_speed[{kernel}]"
+    return params.model_copy(update={"attention_kernel_speed": speeds}), out
 
 
 def _fit_dtype_fractions(params: ComputeParams, gemm: Sequence[dict[str, Any]], wanted: Collection[str] | None,

@@ -133,6 +133,25 @@ def _recompute(text: str, notes: dict[str, str]) -> str:
     return "none"
 
 
+def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
+    """The attention kernel the run used: as stated in its text, else the framework's documented default."""
+    text = " ".join(row.get(c) or "" for c in ("arch", "other_settings")).lower()
+    if "triton" in text:  # llm-foundry: attn_impl triton, submit_benchmarks.py's default for its tables
+        return "triton"
+    if any(k in text for k in ("flashattention-3", "flash-attention-3", "flash attention 3", "fa3")):
+        return "flash3"
+    if "cudnn" in text or "transformer engine" in text:
+        return "cudnn"
+    if "flash" in text:
+        return "flash"
+    gpu = row.get("gpu", "").lower()
+    if "megatron" in (row.get("source") or "").lower() and any(g in gpu for g in ("h100", "h200", "h800")):
+        notes["attention"] = "not stated: Megatron-Core on Hopper runs Transformer Engine's cuDNN fused attention"
+        return "cudnn"
+    notes["attention"] = "not stated: unfused (softmax + two batched GEMMs, the framework's default then)"
+    return "unfused"
+
+
 def row_job(row: dict[str, str]) -> RowJob | str:
     """Build the job for one row, or return why it cannot be expressed."""
     if row.get("case_kind", "train_iter") != "train_iter":
@@ -194,8 +213,7 @@ def row_job(row: dict[str, str]) -> RowJob | str:
     if "fp8" in dtype and "h100" not in row["gpu"].lower():
         return "fp8 on a GPU without fp8 tensor cores"
     if model["name"] not in ("resnet50",):
-        model["attention"] = "flash" if ("flash" in arch or "h100" in row["gpu"].lower()
-                                         or "mpt" in arch) else "unfused"
+        model["attention"] = _attention(row, notes)
     job = {"model": model, "cluster": cluster, "strategy": strategy, "simulation": {"dtype": dtype}}
     metric, measured = _measured(row)
     if metric is None:

@@ -114,7 +114,8 @@ def achievable_rates(gpu: str, dtype: str = "auto", calibration: Calibration | N
     return AchievableRates(
         gpu=device.name,
         dtype=key,
-        matmul_flops_per_s=gemm.fwd_flops() / model.op_time(gemm, gemm.dims, "fwd", device, key),
+        matmul_flops_per_s=gemm.fwd_flops() / (model.contraction_time(gemm, gemm.dims, "fwd", device, key)
+                                               + model.params.kernel_overhead_s),
         attention_flops_per_s=(attn.fwd_flops() + attn.bwd_flops()) / attn_s,
         hbm_bytes_per_s=_PROBE_BYTES / model.memory_time(_PROBE_BYTES, device),
     )

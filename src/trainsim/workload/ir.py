@@ -66,6 +66,8 @@ class Op:
     causal: bool = False
     bytes_per_elem: float = 2.0
     bwd_flops_factor: float = 2.0  # backward FLOPs / forward FLOPs (dgrad + wgrad = 2)
+    # ATTENTION only: the fused kernel that runs it (flash = FlashAttention-2, flash3, cudnn, triton)
+    kernel: str = "flash"
     # producer of each input: None = the previous op, an op name, or "@skip" (residual path)
     input_from: tuple[str | None, ...] = ()
 

@@ -103,7 +103,7 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
         ops.append(Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "q": q}, (("b", "s", "q"),),
                       ("b", "s", "q"), flops_per_point=3.0))
     core = {"b": b, "s": s, "t": s, "a": a, "g": g, "d": d, "q": q, "o": o, "kv": kv}
-    if impl == "flash":
+    if impl != "unfused":
         ops.append(Op(
             "attention", OpKind.ATTENTION, core, (("b", "s", "o"), ("b", "t", "kv"), ("b", "t", "kv")),
             ("b", "s", "o"),
@@ -112,7 +112,7 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
                    SavedTensor("kv2", ("b", "t", "kv")),
                    SavedTensor("lse", ("b", "a", "s"), 4.0, selective_drop=True)),
             # Megatron-core's selective recompute checkpoints core attention with flash kernels too
-            selective_recompute=True, bwd_flops_factor=2.0))
+            selective_recompute=True, bwd_flops_factor=2.0, kernel=impl))
     else:
         ops += [
             Op("scores", OpKind.BMM, core, (("b", "s", "o"), ("b", "t", "kv")), ("b", "a", "s", "t"),

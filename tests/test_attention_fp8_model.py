@@ -1,0 +1,157 @@
+"""Fused-attention efficiency by kernel and shape, and FP8 semantics (cost/compute.py): closed-form answers
+from the calibration's constants, monotonic properties, the fit recovering a kernel's speed, and how
+`validate` maps a published run's attention kernel."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trainsim
+from trainsim.cost.calibration import load_calibration
+from trainsim.cost.compute import RooflineCompute
+from trainsim.cost.fit_compute import attention_op, fit_compute_params, gemm_op, predict_attention
+from trainsim.hardware.devices import get_device
+from trainsim.validate.training_runs import row_job
+from trainsim.workload.ir import Op, OpKind
+
+H100 = get_device("h100-sxm")
+A100 = get_device("a100-80gb")
+CAL = load_calibration()
+
+
+def _model(device=H100) -> RooflineCompute:
+    return RooflineCompute(CAL.compute_for(device))
+
+
+def test_long_unmasked_head_dim_128_runs_at_the_flash_fraction() -> None:
+    p = CAL.compute_for(H100)
+    keys = 1 << 20
+    op = attention_op(1, 8, keys, 128, causal=False)
+    eff = _model().attention_efficiency(op, op.dims, bwd=False)
+    assert eff == pytest.approx(p.flash_fraction_fwd * keys / (keys + p.attention_seq_half), rel=1e-12)
+    assert _model().attention_efficiency(op, op.dims, bwd=True) == pytest.approx(
+        p.flash_fraction_bwd * keys / (keys + p.attention_seq_half), rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(s=st.sampled_from([256, 512, 1024, 2048, 4096, 8192, 32768]), d=st.sampled_from([32, 64, 96, 128]),
+       bwd=st.booleans())
+def test_efficiency_grows_with_keys_and_head_dim_and_drops_under_causal(s: int, d: int, bwd: bool) -> None:
+    m = _model()
+
+    def eff(seq: int, hd: int, causal: bool) -> float:
+        op = attention_op(2, 16, seq, hd, causal)
+        return m.attention_efficiency(op, op.dims, bwd)
+
+    assert eff(2 * s, d, False) > eff(s, d, False)
+    assert eff(s, 128, False) >= eff(s, d, False)
+    assert eff(s, 256, False) == eff(s, 128, False)  # head dims above 128 are not modelled as faster
+    assert eff(s, d, True) < eff(s, d, False)
+
+
+def test_kernel_speed_scales_compute_bound_time() -> None:
+    """A long, compute-bound attention: the Triton kernel takes 1/speed as long as FlashAttention-2, FA3
+    (on Hopper) 1/1.71 as long; on Ampere FA3 is not available and costs what FA2 does."""
+    speeds = CAL.compute_for(H100).attention_kernel_speed
+    base = attention_op(1, 16, 16384, 128, causal=True)
+    t = {k: _model().op_time(dataclasses.replace(base, kernel=k), base.dims, "bwd", H100, "bf16")
+         for k in ("flash", "flash3", "triton")}
+    overhead = CAL.compute_for(H100).kernel_overhead_s
+    assert (t["triton"] - overhead) / (t["flash"] - overhead) == pytest.approx(1.0 / speeds["triton"], rel=1e-9)
+    assert (t["flash3"] - overhead) / (t["flash"] - overhead) == pytest.approx(1.0 / speeds["flash3"], rel=1e-9)
+    a100 = {k: _model(A100).op_time(dataclasses.replace(base, kernel=k), base.dims, "fwd", A100, "bf16")
+            for k in ("flash", "flash3")}
+    assert a100["flash3"] == a100["flash"]
+
+
+def test_fp8_runs_only_weighted_gemms_in_fp8_and_pays_for_the_casts() -> None:
+    m, p = _model(), CAL.compute_for(H100)
+    hbm = H100.hbm_gbps * 1e9 * p.hbm_efficiency
+    attn = attention_op(4, 16, 4096, 128, causal=True)
+    for phase in ("fwd", "bwd"):
+        assert m.op_time(attn, attn.dims, phase, H100, "fp8") == m.op_time(attn, attn.dims, phase, H100, "bf16")
+    norm = Op("ln", OpKind.NORM, {"b": 4, "s": 4096, "h": 4096}, (("b", "s", "h"),), ("b", "s", "h"))
+    assert m.op_time(norm, norm.dims, "fwd", H100, "fp8") == m.op_time(norm, norm.dims, "fwd", H100, "bf16")
+    gemm = gemm_op(8192, 8192, 8192)
+    t8 = m.op_time(gemm, gemm.dims, "fwd", H100, "fp8")
+    cast_bytes = 4.0 * (8192 * 8192 + 8192 * 8192)  # input (m x k) and weight (n x k): read 2, write 1 + 1
+    expected = m.contraction_time(gemm, gemm.dims, "fwd", H100, "fp8") + cast_bytes / hbm + 2 * p.kernel_overhead_s
+    assert t8 == pytest.approx(expected, rel=1e-12)
+    assert t8 < m.op_time(gemm, gemm.dims, "fwd", H100, "bf16")
+    # backward: one cast of the output gradient (charged to dgrad), none for wgrad
+    dgrad = m.op_time(gemm, gemm.dims, "dgrad", H100, "fp8") - m.contraction_time(gemm, gemm.dims, "dgrad", H100, "fp8")
+    wgrad = m.op_time(gemm, gemm.dims, "wgrad", H100, "fp8") - m.contraction_time(gemm, gemm.dims, "wgrad", H100, "fp8")
+    assert dgrad == pytest.approx(4.0 * 8192 * 8192 / hbm + 2 * p.kernel_overhead_s, rel=1e-12)
+    assert wgrad == pytest.approx(p.kernel_overhead_s, rel=1e-12)
+
+
+def test_fp8_training_gains_less_than_the_peak_ratio() -> None:
+    """FP8 doubles the GEMM peak only: a long-sequence job gains well under 2x, and less at 16K than at 2K."""
+    def step(dtype: str, seq: int) -> float:
+        return trainsim.simulate(model={"name": "llama3-8b", "layers": 4, "seq_len": seq}, cluster="dgx-h100",
+                                 strategy={"dp": 8, "global_batch": 8}, nodes=1,
+                                 dtype=dtype).iteration_time_s
+
+    short = step("bf16", 2048) / step("fp8", 2048)
+    long = step("bf16", 16384) / step("fp8", 16384)
+    assert 1.0 < long < short < 2.0
+
+
+def test_attention_kernel_option_reaches_the_model() -> None:
+    def step(kernel: str) -> float:
+        return trainsim.simulate(model={"name": "gpt2", "seq_len": 8192, "attention": kernel}, cluster="dgx-h100",
+                                 strategy={"dp": 8, "global_batch": 8}, nodes=1).iteration_time_s
+
+    assert step("flash3") < step("flash") < step("triton")
+    assert step("cudnn") == pytest.approx(step("flash3"))
+
+
+def test_fit_recovers_a_kernel_speed() -> None:
+    base = CAL.compute["h100"]
+    rows = []
+    for impl, speed in (("flash2", 1.0), ("triton", 0.5)):
+        truth = base.model_copy(update={"attention_kernel_speed": {"triton": 0.5}})
+        for s in (1024, 4096, 16384):
+            for causal in (False, True):
+                for direction in ("fwd", "bwd"):
+                    row = {"device": "h100-sxm", "dtype": "bf16", "impl": impl, "batch": 16384 // s, "heads": 16,
+                           "seq_len": s, "head_dim": 128, "causal": causal, "direction": direction}
+                    flops = (4.0 * row["batch"] * 16 * s * s * 128 * (0.5 if causal else 1.0)
+                             * (2.5 if direction == "bwd" else 1.0))
+                    row["tflops"] = flops / predict_attention(truth, row, H100) / 1e12
+                    rows.append(row)
+        assert speed > 0
+    fitted, report = fit_compute_params(base.model_copy(update={"attention_kernel_speed": {}}), [], rows, [], H100)
+    assert fitted.attention_kernel_speed["triton"] == pytest.approx(0.5, rel=0.02)
+    assert report["attention_impls"] == ["flash2"]
+    assert math.isclose(fitted.flash_fraction_fwd, base.flash_fraction_fwd, rel_tol=0.03)
+
+
+def _row(**over: str) -> dict[str, str]:
+    row = {"case_id": "x", "case_kind": "train_iter", "model_name": "GPT-1b", "arch": "GPT (pre-LN)",
+           "gpu": "H100-SXM5", "n_gpus": "8", "gpus_per_node": "8", "dp": "8", "tp": "1", "pp": "1",
+           "n_layers": "24", "hidden": "2048", "n_heads": "16", "seq_len": "2048", "global_batch": "64",
+           "micro_batch": "8", "precision": "bf16", "iter_time_s": "1.0", "flops_convention": "",
+           "source": "some paper", "other_settings": ""}
+    row.update(over)
+    return row
+
+
+@pytest.mark.parametrize(("over", "kernel", "noted"), [
+    ({"arch": "MPT (triton/flash attn)"}, "triton", False),
+    ({"other_settings": "FlashAttention-3"}, "flash3", False),
+    ({"other_settings": "Transformer Engine fused attention"}, "cudnn", False),
+    ({"arch": "GPT (flash attention)"}, "flash", False),
+    ({"source": "Megatron-LM README"}, "cudnn", True),
+    ({}, "unfused", True),
+])
+def test_validate_maps_the_attention_kernel(over: dict[str, str], kernel: str, noted: bool) -> None:
+    rj = row_job(_row(**over))
+    assert not isinstance(rj, str)
+    assert rj.job["model"]["attention"] == kernel
+    assert ("attention" in rj.assumptions) == noted
