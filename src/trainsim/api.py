@@ -167,7 +167,7 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         max_ongoing=s.max_ongoing_micro_batch, micro_batch=s.micro_batch,
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
                         overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap,
-                        p2p_scatter_gather=s.p2p_scatter_gather, offload=s.offload)
+                        cp_comm=s.cp_comm, p2p_scatter_gather=s.p2p_scatter_gather, offload=s.offload)
 
 
 def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims: dict[str, int | None]) -> Model:
@@ -372,8 +372,8 @@ def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
                         schedule=sched.kind, max_ongoing=sched.max_ongoing_micro_batch,
                         micro_batch=tree.micro_batch, global_batch=tree.global_batch,
                         overlap_grad_reduce=tree.overlap_grad_reduce, overlap_param_gather=tree.overlap_param_gather,
-                        tp_comm_overlap=tree.tp_comm_overlap, p2p_scatter_gather=tree.p2p_scatter_gather,
-                        offload=tree.offload)
+                        tp_comm_overlap=tree.tp_comm_overlap, cp_comm=tree.cp_comm,
+                        p2p_scatter_gather=tree.p2p_scatter_gather, offload=tree.offload)
 
 
 def check_work(tree: StrategyTree, sim: SimulationSpec) -> WorkEstimate:

@@ -106,6 +106,10 @@ class StrategySpec(_Strict):
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = Field(False, description="ZeRO parameter all-gather hidden behind the next forward")
     tp_comm_overlap: bool = Field(False, description="TP collectives pipelined with their GEMMs (TE userbuffers)")
+    cp_comm: Literal["p2p", "all_gather"] = Field(
+        "p2p", description="context-parallel attention: p2p (ring attention, Megatron/Transformer Engine's default: "
+        "K and V chunks pass round the cp ring under the attention of the previous chunk) or all_gather (K and V "
+        "gathered before one attention kernel, as Llama 3 did)")
     p2p_scatter_gather: bool = Field(True, description="Megatron's scatter/gather pipeline hand-off: a tensor "
                                      "replicated over tp is sent 1/tp per rank and all-gathered on arrival")
     offload: Literal["none", "cpu", "nvme", "remote"] = Field(
@@ -122,6 +126,9 @@ class StrategySpec(_Strict):
             raise ConfigError("strategy.tp_comm_overlap", "needs tp > 1 with sequence parallelism (as in Megatron: "
                               "only its all-gathers/reduce-scatters pipeline with the GEMMs)",
                               "add --sp (and --tp > 1), or drop --tp-comm-overlap")
+        if self.cp_comm != "p2p" and self.cp == 1:
+            raise ConfigError("strategy.cp_comm", "only applies with context parallelism (cp > 1)",
+                              "add --cp, or drop --cp-comm")
         if self.overlap_param_gather and self.zero == 0 and not self.fsdp:
             raise ConfigError("strategy.overlap_param_gather", "needs sharded parameters (ZeRO >= 1 or FSDP): "
                               "without them there is no parameter all-gather to hide",

@@ -169,7 +169,8 @@ class _Lowerer:
                       ) -> tuple[Layout, float] | None:
         """Append the layer's forward (or its recompute) and return the output layout and bytes."""
         outs: dict[str, tuple[Layout, float]] = {}
-        cur = prev
+        producer: dict[str, Op] = {}
+        cur, cur_op = prev, None
         for k, op in enumerate(layer.ops):
             split = leaf.ops.get(op.name, {})
             run = not only_selective or op.selective_recompute
@@ -180,7 +181,14 @@ class _Lowerer:
                 src = outs.get(src_name) if src_name else cur
                 if src is None or not run:
                     continue
-                self._collectives(steps, src[0], dims, split, src[1], layer.name, phase, f"{layer.name}.{op.name}.in{i}")
+                # an input that is a slice of its producer's output (K and V of a fused QKV) moves only its share
+                made_by = producer.get(src_name) if src_name else cur_op
+                size = src[1]
+                if made_by is not None:
+                    full_in, full_out = op.size(dims), made_by.size(made_by.output)
+                    if 0 < full_in < full_out:
+                        size *= full_in / full_out
+                self._collectives(steps, src[0], dims, split, size, layer.name, phase, f"{layer.name}.{op.name}.in{i}")
             kept, recomputed = self._saved(op, leaf, split, recompute)
             if run:
                 if phase == "fwd":
@@ -192,7 +200,8 @@ class _Lowerer:
                 steps.append(self._compute(op, split, layer.name, phase, alloc=alloc))
             out = (output_layout(op, split), self._out_bytes(op, split))
             outs[op.name] = out
-            cur = out
+            producer[op.name] = op
+            cur, cur_op = out, op
         return cur
 
     # -- backward --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..compile.program import Program, Step
 from ..hardware.cluster import Cluster
+from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
 from ..workload.ir import OpKind
@@ -185,6 +186,9 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
         if program.tree.tp_comm_overlap and mesh.tp > 1:
             _overlap_tp_comm(ch.fwd, mesh.tp)
             _overlap_tp_comm(ch.bwd, mesh.tp)
+        if program.tree.cp_comm == "p2p" and mesh.cp > 1:
+            _ring_attention(ch.fwd, mesh.cp, compute, device, dtype)
+            _ring_attention(ch.bwd, mesh.cp, compute, device, dtype)
         if ch.chunk < n - 1:
             nxt = mesh.rank({"pp": (ch.pp_rank + 1) % mesh.pp})
             ch.send_fwd_s, dem = pair_time("send_recv", ch.send_fwd_bytes, stage_rank, nxt)
@@ -223,6 +227,39 @@ def _overlap_tp_comm(steps: list[Step], tp: int) -> None:
             continue
         comm, g = s.duration_s, gemm.duration_s
         s.duration_s = max(0.0, comm - g) + min(comm, g) / tp
+
+
+def _ring_attention(steps: list[Step], cp: int, compute: ComputeModel, device: Device, dtype: str) -> None:
+    """Context parallelism as ring attention (Megatron / Transformer Engine `cp_comm_type=p2p`): each rank keeps
+    its own K and V chunk and runs `cp` attention kernels, one per chunk, each over 1/cp of the keys, while the
+    next chunk arrives from its ring neighbour. The lowered program gathers K and V over cp before attention
+    (forward, recompute) and reduce-scatters their gradients after it (backward); those collectives move the
+    bytes of the cp - 1 ring steps. Only what a step's transfer takes beyond one kernel stays exposed:
+    (cp - 1) x max(0, transfer - kernel). Backward passes K and V again with their gradients (twice the bytes).
+    The attention step is re-priced as cp kernels over t / cp keys (shorter kernels run less efficiently)."""
+    for i, s in enumerate(steps):
+        if s.kind != "compute" or s.op is None or s.op.kind != OpKind.ATTENTION or s.local is None:
+            continue
+        bwd = s.phase == "bwd"
+        comm: list[Step] = []
+        j = i + 1 if bwd else i - 1
+        while 0 <= j < len(steps) and steps[j].kind == "collective" and steps[j].category == "cp":
+            comm.append(steps[j])
+            j += 1 if bwd else -1
+        if not comm:
+            continue
+        if not bwd:
+            comm.reverse()  # execution order: the first transfer carries the exposed time
+        local = dict(s.local)
+        keys = local.get("t", 1)
+        local["t"] = max(1, keys // cp)
+        phase = "fwd" if s.phase == "recompute" else s.phase
+        s.duration_s = cp * compute.op_time(s.op, local, phase, device, dtype)
+        total = sum(c.duration_s for c in comm) * (2.0 if bwd else 1.0)
+        per_step, kernel = total / (cp - 1), s.duration_s / cp
+        exposed = (cp - 1) * max(0.0, per_step - kernel)
+        for k, c in enumerate(comm):
+            c.duration_s = exposed if k == 0 else 0.0
 
 
 def _is_gemm(step: Step) -> bool:

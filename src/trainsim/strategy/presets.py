@@ -50,6 +50,7 @@ class ParallelSpec:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    cp_comm: str = "p2p"  # p2p (ring attention) | all_gather (K/V gathered before attention)
     p2p_scatter_gather: bool = True  # Megatron's scatter/gather pipeline hand-off (--no-scatter-gather-... off)
     offload: str = "none"  # none | cpu | nvme | remote (parameters/gradients/optimizer states off the GPU)
 
@@ -200,6 +201,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.overlap_grad_reduce = p.overlap_grad_reduce
     tree.overlap_param_gather = p.overlap_param_gather
     tree.tp_comm_overlap = p.tp_comm_overlap
+    tree.cp_comm = p.cp_comm
     tree.p2p_scatter_gather = p.p2p_scatter_gather
     tree.offload = p.offload
     m = p.global_batch // (p.micro_batch * p.dp)

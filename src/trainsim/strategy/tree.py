@@ -472,6 +472,7 @@ class StrategyTree:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False  # ZeRO-1/2 parameter all-gather runs under the next forward
     tp_comm_overlap: bool = False  # TP collectives pipelined with the GEMM they feed or follow
+    cp_comm: str = "p2p"  # context-parallel attention: p2p ring (K/V passed under compute) | all_gather
     p2p_scatter_gather: bool = True  # Megatron: a pipeline hand-off replicated over tp goes 1/tp per rank
     zero_stage: int = 0  # informational (what a preset asked for); the compiler reads memory configs
     offload: str = "none"  # none | cpu | nvme | remote: model states live off the GPU (ZeRO-Infinity style)
@@ -674,7 +675,8 @@ class StrategyTree:
             "schedule": {"n_micro_batch": s.n_micro_batch, "kind": s.kind, "virtual_stages": s.virtual_stages,
                          "max_ongoing_micro_batch": s.max_ongoing_micro_batch},
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
-            "tp_comm_overlap": self.tp_comm_overlap, "p2p_scatter_gather": self.p2p_scatter_gather,
+            "tp_comm_overlap": self.tp_comm_overlap, "cp_comm": self.cp_comm,
+            "p2p_scatter_gather": self.p2p_scatter_gather,
             "offload": self.offload, "zero_stage": self.zero_stage,
             "layers": layers,
         }
@@ -710,6 +712,10 @@ class StrategyTree:
         for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "p2p_scatter_gather"):
             setattr(tree, flag, bool(data.get(flag, getattr(tree, flag))))
         tree.offload = str(data.get("offload", "none"))
+        cp_comm = data.get("cp_comm", "p2p")
+        if cp_comm not in ("p2p", "all_gather"):
+            raise ConfigError("strategy.cp_comm", f"unknown value {cp_comm!r}", "use p2p or all_gather")
+        tree.cp_comm = str(cp_comm)
         tree.zero_stage = int(data.get("zero_stage", 0))
         nodes = {n.name: n for n in tree.root.walk() if n.layer is not None}
         layers = need(data, "layers", "strategy")
