@@ -167,7 +167,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         max_ongoing=s.max_ongoing_micro_batch, micro_batch=s.micro_batch,
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
                         overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap,
-                        cp_comm=s.cp_comm, p2p_scatter_gather=s.p2p_scatter_gather, offload=s.offload)
+                        cp_comm=s.cp_comm, dp_replicate=s.dp_replicate, p2p_scatter_gather=s.p2p_scatter_gather,
+                        offload=s.offload)
 
 
 def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims: dict[str, int | None]) -> Model:
@@ -367,7 +368,7 @@ def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
     items = tree.root.shard_items or frozenset()
     zero = max(tree.zero_stage, 3 if "weight" in items else 2 if "grad" in items else 1 if "optimizer" in items else 0)
     recompute = tree.root.recompute_mode or "none"
-    return ParallelSpec(dp=mesh.dp * mesh.ep, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
+    return ParallelSpec(dp=mesh.dp * mesh.ep * mesh.dr, dp_replicate=mesh.dr, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
                         vpp=sched.virtual_stages, sequence_parallel=sp, zero=zero, recompute=recompute,
                         schedule=sched.kind, max_ongoing=sched.max_ongoing_micro_batch,
                         micro_batch=tree.micro_batch, global_batch=tree.global_batch,
@@ -458,7 +459,8 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
         stage_breakdown.append({k: sum(per_class[c][k] for c in cls) / len(cls) for k in BREAKDOWN_KEYS})
     path = critical_path(graph, trace)
     strategy_echo = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep, "vpp": spec.vpp,
-                     "sequence_parallel": spec.sequence_parallel, "zero": spec.zero, "recompute": spec.recompute,
+                     "sequence_parallel": spec.sequence_parallel, "zero": spec.zero,
+                     "dp_replicate": spec.dp_replicate, "recompute": spec.recompute,
                      "schedule": tree.schedule.kind, "micro_batch": spec.micro_batch, "global_batch": spec.global_batch,
                      "grad_accumulation": tree.schedule.n_micro_batch, "dtype": precision.compute_dtype}
     result = SimulationResult(

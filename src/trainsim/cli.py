@@ -91,6 +91,9 @@ def simulate(
     tp_comm_overlap: Annotated[bool | None, Opt("--tp-comm-overlap/--no-tp-comm-overlap",
                                                 help="TP all-gather/reduce-scatter pipelined with the GEMMs "
                                                      "they feed (Megatron --tp-comm-overlap)")] = None,
+    cp_comm: Annotated[str | None, Opt(help="context-parallel attention: p2p (ring, default) | all_gather")] = None,
+    dp_replicate: Annotated[int | None, Opt(help="HSDP: replicas of each FSDP/ZeRO sharding group "
+                                                 "(shard over dp / dp_replicate ranks)")] = None,
     p2p_scatter_gather: Annotated[bool | None, Opt("--p2p-scatter-gather/--no-p2p-scatter-gather",
                                                    help="Megatron's scatter/gather pipeline hand-off (default on): "
                                                         "1/tp per rank, all-gathered on arrival")] = None,
@@ -103,7 +106,7 @@ def simulate(
     kv_heads: Annotated[int | None, Opt(help="override/define kv heads (GQA)")] = None,
     ffn: Annotated[int | None, Opt(help="override/define FFN hidden size")] = None,
     vocab: Annotated[int | None, Opt(help="override/define vocabulary size")] = None,
-    attention: Annotated[str | None, Opt(help="flash | unfused")] = None,
+    attention: Annotated[str | None, Opt(help="flash (FlashAttention-2) | flash3 | cudnn | triton | unfused")] = None,
     dtype: Annotated[str | None, Opt(help="auto (default: bf16 from Ampere on, fp16 on V100, fp32 on Pascal) | bf16 "
                                         "| fp16 | fp8 | tf32 | fp32")] = None,
     gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
@@ -139,7 +142,8 @@ def simulate(
                      "max_ongoing_micro_batch": max_ongoing,
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
-                     "tp_comm_overlap": tp_comm_overlap, "offload": offload,
+                     "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm,
+                     "dp_replicate": dp_replicate, "offload": offload,
                      "p2p_scatter_gather": p2p_scatter_gather,
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,

@@ -95,6 +95,9 @@ class StrategySpec(_Strict):
     sequence_parallel: bool = False
     zero: int = Field(0, ge=0, le=3)
     fsdp: bool = False
+    dp_replicate: int = Field(1, ge=1, le=MAX_GPUS, description="hybrid sharding (HSDP, FSDP2's 2-D mesh): "
+                              "replicas of each sharding group; states are sharded over dp / dp_replicate ranks "
+                              "and gradients all-reduced across the replicas")
     recompute: Literal["none", "selective", "full"] = "none"
     schedule: Literal["gpipe", "1f1b", "interleaved", "dynamic"] = Field(
         "1f1b", description="pipeline order; dynamic: Proteus' HTAE scheduler (backward first, forward under "
@@ -270,7 +273,8 @@ def apply_flags(base: dict[str, Any] | None, flags: dict[str, dict[str, Any]]) -
     file keeps its other model keys); --dp drops the base's nodes (the world follows dp); --nodes, --tp,
     --pp, --cp, --cluster, --gpus-per-node or --topology drop the base's dp where the GPU count stays known
     (dp is derived); --topology drops the nodes; --strategy-tree replaces the strategy section; sequence
-    parallelism goes where tp ends at 1. Settings (recompute, zero, sp, schedule, ...) stay unless overridden.
+    parallelism goes where tp ends at 1; --fsdp drops the base's ZeRO stage. Settings (recompute, zero, sp,
+    schedule, ...) stay unless overridden.
     """
     from_default = base is None or not any(k in base for k in JOB_SECTIONS)
     data = merge(DEFAULT_JOB, base or {}) if from_default else base
@@ -320,6 +324,8 @@ def apply_flags(base: dict[str, Any] | None, flags: dict[str, dict[str, Any]]) -
     if world_changed and "dp" not in gs and ("nodes" in section("cluster") or "topology" in section("cluster")
                                              or "topology" in gc or "nodes" in gc):
         drop("strategy", ("dp",), "dp from the GPU count")
+    if gs.get("fsdp") and "zero" not in gs:
+        drop("strategy", ("zero",), "zero stage replaced by --fsdp (full shard)")
     tp = gs.get("tp", section("strategy").get("tp", 1))
     file_strategy = (base or {}).get("strategy")
     file_sp = isinstance(file_strategy, dict) and "sequence_parallel" in file_strategy

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from ..strategy.mesh import AXIS_ORDER, DeviceMesh
+from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import Precision
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyTree
 from ..workload.ir import CONTRACTION_KINDS, Layer, Op
@@ -321,11 +321,22 @@ class _Lowerer:
             if not axes:
                 continue
             sharded_opt = opt < full_local * 0.999
-            kind = "reduce_scatter" if sharded_opt else "all_reduce"
-            key = (kind, axes)
-            buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
-            if sharded_opt and stored >= full_local * 0.999:
-                post[axes] = post.get(axes, 0.0) + full_local * self.prec.param_bytes
+            shard = tuple(a for a in axes if a not in REPLICA_AXES) if sharded_opt else ()
+            if sharded_opt and shard:
+                # ZeRO / FSDP: reduce-scatter over the sharding group; HSDP then all-reduces the shard over
+                # the replicas (PyTorch HYBRID_SHARD / FSDP2 2-D mesh)
+                key = ("reduce_scatter", shard)
+                buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
+                replicas = tuple(a for a in axes if a in REPLICA_AXES)
+                if replicas:
+                    key = ("all_reduce", replicas)
+                    size = full_local * self.prec.grad_bytes / self.mesh.group_size(shard)
+                    buckets[key] = buckets.get(key, 0.0) + size
+                if stored >= full_local * 0.999:
+                    post[shard] = post.get(shard, 0.0) + full_local * self.prec.param_bytes
+            else:
+                key = ("all_reduce", axes)
+                buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
         for (kind, axes), size in buckets.items():
             chunk.grad_sync.append(Step(f"{layer.name}.grads:{kind}", "collective", Stream.GRAD, "dp", layer.name,
                                         phase="grad", collective=kind, axes=axes, size_bytes=size,
@@ -347,7 +358,8 @@ class _Lowerer:
             stored = tensor_bytes(op, op.weight, wc.weight, self.mesh, self.prec.param_bytes)
             if stored < full * 0.999:
                 total += full
-                axes = weight_grad_partial(op, split)
+                axes = tuple(a for a in weight_grad_partial(op, split)
+                             if a not in REPLICA_AXES and self.mesh.size(a) > 1)
         return total, axes
 
 

@@ -18,8 +18,9 @@ short keys and small head dims, slower again under a causal mask (diagonal block
 and scaled by the kernel actually used (FlashAttention-3 / cuDNN on Hopper, the 2022 Triton kernel); the
 masked half of a causal score matrix is skipped.
 FP8 (Transformer Engine / torchao float8 semantics): only weighted GEMMs run in FP8; each casts its input
-and weight to FP8 on the way in (forward) and its output gradient (backward), cast and transpose fused
-(read 2 bytes, write 2 per element); attention, batched GEMMs, norms and element-wise ops stay BF16.
+to FP8 on the way in (forward) and its output gradient (backward), cast and transpose fused (read 2 bytes,
+write 2 per element); weights are cast once per iteration (not charged); attention, batched GEMMs, norms
+and element-wise ops stay BF16.
 """
 
 from __future__ import annotations
@@ -66,15 +67,15 @@ def fused_softmax_available(local: Mapping[str, float], causal: bool) -> bool:
 
 def _fp8_cast_bytes(op: Op, local: Mapping[str, float], phase: str) -> float:
     """HBM bytes of the FP8 casts around one weighted GEMM in a phase (fused cast + transpose: read 2 bytes,
-    write 1 + 1 per element). Forward: the input activation and the weight; backward: the output gradient
-    (once for dgrad and wgrad together, charged to dgrad when the phases are split)."""
+    write 1 + 1 per element). Forward: the input activation; backward: the output gradient (once for dgrad
+    and wgrad together, charged to dgrad when the phases are split). Weights are cast once per iteration
+    and reused by every micro-batch (Transformer Engine's is_first_microbatch, float8 FSDP all-gather), which
+    is small next to the GEMMs and not charged here."""
     if phase == "wgrad":
         return 0.0
     if phase in ("bwd", "dgrad"):
         return 4.0 * math.prod(local.get(d, 1) for d in op.output)
-    act = math.prod(local.get(d, 1) for d in op.inputs[0]) if op.inputs else 0.0
-    weight = math.prod(local.get(d, 1) for d in op.weight) if op.weight else 0.0
-    return 4.0 * (act + weight)
+    return 4.0 * math.prod(local.get(d, 1) for d in op.inputs[0]) if op.inputs else 0.0
 
 
 def _torch_softmax(op: Op, local: Mapping[str, float] | None) -> bool:

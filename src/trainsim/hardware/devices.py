@@ -168,6 +168,18 @@ DEVICES: dict[str, Device] = {
             f"{_HOPPER_COMPUTE_SOURCE}; memory: H100 datasheet, H100 SXM: 80 GB HBM3 at 3.35 TB/s.",
         ),
         _device(
+            "h100-96gb-500w",
+            {"fp32": 63.5, "tf32": 456.1, "fp16": 912.5, "bf16": 912.5, "fp8": 1824.7},
+            96,
+            3350.0,
+            132,
+            "H100 96 GB parts run at a 500 W power limit (Meta's Grand Teton hosts, as in torchtitan's "
+            "benchmarks/llama3_h100_202412_torchtitan.md, which says their true peak lies between the H100 SXM "
+            "and H100 NVL figures): dense peaks taken as the midpoint of the two datasheet columns (H100 "
+            "datasheet: SXM BF16 1,979 / NVL 1,671 TFLOPS sparse -> 989.4 and 835.5 dense; FP8, TF32, FP32 "
+            "likewise); memory bandwidth not stated by the source, taken as the H100 SXM's 3.35 TB/s.",
+        ),
+        _device(
             "h200-sxm",
             _HOPPER_TFLOPS,
             141,
@@ -246,6 +258,7 @@ _DEVICE_ALIASES: Mapping[str, str] = MappingProxyType(
         "h100": "h100-sxm",
         "h100-sxm5": "h100-sxm",
         "h100-80gb": "h100-sxm",
+        "h100-96gb": "h100-96gb-500w",
         "h200": "h200-sxm",
         "hgx-b200": "b200",
         "a5500": "rtx-a5500",

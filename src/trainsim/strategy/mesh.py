@@ -6,8 +6,11 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-# Innermost (fastest-varying rank coordinate) first: TP stays inside a node, PP is outermost.
-AXIS_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+# Innermost (fastest-varying rank coordinate) first: TP stays inside a node, PP is outermost. `dr` holds the
+# replicas of hybrid sharding (HSDP): the batch is split over ep x dp x dr, sharded states only over ep x dp.
+AXIS_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "dr", "pp")
+REPLICA_AXES: frozenset[str] = frozenset({"dr"})
+"""Data axes that split the batch but never shard model states (HSDP replicas)."""
 
 
 @dataclass(frozen=True)
@@ -17,7 +20,8 @@ class DeviceMesh:
     tp: int = 1
     cp: int = 1
     ep: int = 1
-    dp: int = 1  # data-parallel replicas *outside* the expert axis (total data parallel = ep * dp)
+    dp: int = 1  # data-parallel replicas *outside* the expert axis (total data parallel = ep * dp * dr)
+    dr: int = 1  # HSDP: replicas of each sharding group (states are sharded over ep x dp only)
     pp: int = 1
 
     @cached_property

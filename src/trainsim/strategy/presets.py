@@ -51,6 +51,7 @@ class ParallelSpec:
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
     cp_comm: str = "p2p"  # p2p (ring attention) | all_gather (K/V gathered before attention)
+    dp_replicate: int = 1  # HSDP: replicas of each sharding group (dp / dp_replicate ranks shard the states)
     p2p_scatter_gather: bool = True  # Megatron's scatter/gather pipeline hand-off (--no-scatter-gather-... off)
     offload: str = "none"  # none | cpu | nvme | remote (parameters/gradients/optimizer states off the GPU)
 
@@ -105,6 +106,14 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
         _require(model.is_language_model and (model.seq_len or 0) % (2 * p.cp) == 0, "cp",
                  f"context parallelism needs seq_len divisible by 2*cp, got seq_len={model.seq_len}",
                  "choose cp with seq_len % (2*cp) == 0")
+    if p.dp_replicate > 1:
+        _require(p.zero > 0, "dp_replicate", "hybrid sharding replicates sharded states; nothing is sharded "
+                 "(zero 0, no FSDP)", "add --fsdp (HSDP) or --zero, or drop --dp-replicate")
+        _require(p.dp % p.dp_replicate == 0 and p.dp > p.dp_replicate, "dp_replicate",
+                 f"dp={p.dp} is not a multiple (> 1x) of dp_replicate={p.dp_replicate}",
+                 "choose dp_replicate dividing dp, leaving a sharding group of 2 or more")
+        _require(p.ep == 1, "dp_replicate", "hybrid sharding with expert parallelism is not modelled",
+                 "use --ep 1 with --dp-replicate")
     if p.sequence_parallel:
         _require(p.tp > 1, "sequence_parallel", "sequence parallelism needs tp > 1", "set --tp > 1 or drop --sp")
     experts = int(hyper.get("experts", 0) or 0)
@@ -122,7 +131,7 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
 
 
 def _data_axes(expert: bool) -> tuple[str, ...]:
-    return ("dp",) if expert else ("ep", "dp")
+    return ("dp", "dr") if expert else ("ep", "dp", "dr")
 
 
 def op_split(op: Op, p: ParallelSpec, batch_dim: str) -> Split:
@@ -195,7 +204,7 @@ def _chunk_assignment(model: Model, chunks: int) -> dict[str, int]:
 def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     """Fill a strategy tree with the preset's configs (the general representation every later issue edits)."""
     validate_spec(model, p)
-    mesh = DeviceMesh(tp=p.tp, cp=p.cp, ep=p.ep, dp=p.dp // p.ep, pp=p.pp)
+    mesh = DeviceMesh(tp=p.tp, cp=p.cp, ep=p.ep, dp=p.dp // p.ep // p.dp_replicate, dr=p.dp_replicate, pp=p.pp)
     tree = StrategyTree.from_model(model, mesh, p.global_batch, p.micro_batch)
     tree.zero_stage = p.zero
     tree.overlap_grad_reduce = p.overlap_grad_reduce

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..workload.ir import CONTRACTION_KINDS, Layer, Model, Module, Op, OpKind
-from .mesh import AXIS_ORDER, DeviceMesh
+from .mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 
 Split = dict[str, tuple[str, ...]]  # dimension name -> mesh axes that split it (outermost last)
 
@@ -93,7 +93,7 @@ def sharded_weight_config(op: Op, split: Split, items: Iterable[str],
     (ZeRO), the data axes that partial-sum its gradient, on its first dim."""
     assert op.weight is not None
     base = {d: split[d] for d in op.weight if d in split}
-    data = tuple(a for d, axes in split.items() if d not in op.weight for a in axes)
+    data = tuple(a for d, axes in split.items() if d not in op.weight for a in axes if a not in REPLICA_AXES)
     first = op.weight[0]
     sharded = {**base, first: base.get(first, ()) + data} if data else dict(base)
     chosen = set(items)
@@ -104,7 +104,8 @@ def sharded_weight_config(op: Op, split: Split, items: Iterable[str],
 def state_config(split: Split, items: Iterable[str]) -> StateConfig:
     """Norm scales and other dimensionless parameters: replicated over tp, partitioned over the data
     axes of the op's split for every item in `items` (ZeRO)."""
-    axes = tuple(a for a in AXIS_ORDER if a != "tp" and any(a in ax for ax in split.values()))
+    axes = tuple(a for a in AXIS_ORDER if a != "tp" and a not in REPLICA_AXES
+                 and any(a in ax for ax in split.values()))
     chosen = set(items)
     return StateConfig(**{it: (axes if it in chosen else ()) for it in STATE_ITEMS})
 
@@ -533,7 +534,7 @@ class StrategyTree:
     @property
     def data_parallel(self) -> int:
         """Replicas of the batch: the mesh axes that split the batch dimension."""
-        return self.mesh.dp * self.mesh.ep
+        return self.mesh.dp * self.mesh.ep * self.mesh.dr
 
     # -- resolution -----------------------------------------------------------------------------------
     def resolve(self) -> StrategyTree:
