@@ -413,7 +413,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
     group_of: dict[tuple[tuple[str, ...], int], tuple[int, ...]] = {}  # (axes, rank) -> group ranks
-    first_last: dict[tuple[int, int, str, int], tuple[int, int]] = {}
+    # (class, chunk, phase, micro-batch) -> (first body task, last body task, first compute task or -1)
+    first_last: dict[tuple[int, int, str, int], tuple[int, int, int]] = {}
     p2p: dict[tuple[int, int, str, int], int] = {}
     last_b: dict[int, int] = {}
     grad_tasks: dict[int, list[int]] = defaultdict(list)
@@ -510,7 +511,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                                  (cid,), [ids[-1], *param_gather[(cid, c)]], mb))
             # offload loads/stores (MEMORY stream) neither receive nor send activations
             body = [t for t in ids if g.stream[t] != Stream.MEMORY] or ids
-            first_last[(cid, c, ph, mb)] = (body[0], body[-1])
+            first_compute = next((t for t in body if g.stream[t] == Stream.COMPUTE), -1)
+            first_last[(cid, c, ph, mb)] = (body[0], body[-1], first_compute)
             if ph == "B":
                 last_b[cid] = ids[-1]
             send_bytes = ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes
@@ -530,18 +532,28 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
     def peer(rank: int, stage: int) -> int:
         return cls_of(mesh.rank({**mesh.coords(rank), "pp": stage}))
 
+    def receive(first: int, first_compute: int, send: int) -> None:
+        """The body starting at `first` receives what `send` sends. Its first compute task names the
+        receive as well, whatever precedes it (the receiver's all-gather of a scatter-gather hand-off,
+        a feature collective left unfused at op granularity): the engine holds the host's issue of
+        compute behind a pipeline receive it waits on directly (p2p_host_sync), so the sync must not
+        depend on how finely the body was cut into tasks."""
+        g.deps[first].append(send)
+        if first_compute >= 0 and first_compute != first and send not in g.deps[first_compute]:
+            g.deps[first_compute].append(send)
+
     for rank in reps:
         cid = cls_of(rank)
         r = mesh.coords(rank)["pp"]
         for vc in range(v):
             c = vc * pp + r
             for mb in range(m):
-                f0, f1 = first_last[(cid, c, "F", mb)]
-                b0, _ = first_last[(cid, c, "B", mb)]
+                f0, f1, fc = first_last[(cid, c, "F", mb)]
+                b0, _, bc = first_last[(cid, c, "B", mb)]
                 if c > 0:
-                    g.deps[f0].append(p2p[(peer(rank, (c - 1) % pp), c - 1, "F", mb)])
+                    receive(f0, fc, p2p[(peer(rank, (c - 1) % pp), c - 1, "F", mb)])
                 if c < n_chunks - 1:
-                    g.deps[b0].append(p2p[(peer(rank, (c + 1) % pp), c + 1, "B", mb)])
+                    receive(b0, bc, p2p[(peer(rank, (c + 1) % pp), c + 1, "B", mb)])
                 g.deps[b0].append(f1)
 
     # tied embedding / LM-head gradients are summed across the first and last stage (Megatron)

@@ -48,11 +48,15 @@ class SimTrace:
 
 
 def _sync_points(graph: ExecutionGraph, n_classes: int) -> list[int]:
-    """For each compute task, the class's latest earlier pipeline send (Megatron syncs the host after p2p)."""
+    """For each host-issued task, the class's latest earlier pipeline send (Megatron syncs the host after
+    p2p). A collective several classes join takes its first participant's (the class it was built for:
+    task ids follow that class's program order)."""
     sync = [-1] * len(graph)
+    participants = graph.participants
     for c in range(n_classes):
         sends = graph.queues.get((c, Stream.P2P), [])
-        comp = graph.queues.get((c, Stream.COMPUTE), [])
+        comp = [*graph.queues.get((c, Stream.COMPUTE), []),
+                *(t for t in graph.queues.get((c, Stream.FEATURE), []) if participants[t][0] == c)]
         i, last = 0, -1
         for t in sorted(comp):
             while i < len(sends) and sends[i] < t:
@@ -77,10 +81,13 @@ def _intensities(graph: ExecutionGraph) -> list[tuple[tuple[int, float], ...] | 
 def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool = True,
         p2p_host_sync: bool = True, bandwidth_sharing: bool = True,
         progress: Callable[[int, int], None] | None = None, progress_every: int = 8192) -> SimTrace:
-    """Simulate the graph. Compute tasks also wait for the framework (host) to issue them: the host
-    issues a class's compute stream in order, `host_s` per task, running ahead of the GPU except
-    that with `p2p_host_sync` it waits for pipeline sends/receives to finish (Megatron's
-    batch_p2p_sync), so tiny kernels and pipeline hand-offs become host-bound as in real runs.
+    """Simulate the graph. Compute tasks and feature collectives (TP/CP/EP, the ones fusion may fold
+    into compute) also wait for the framework (host) to issue them: each class's host issues them in
+    order, `host_s` per task, running ahead of the GPU except that with `p2p_host_sync` it waits for
+    pipeline sends/receives to finish (Megatron's batch_p2p_sync), so tiny kernels and pipeline
+    hand-offs become host-bound as in real runs. A task cannot finish before its issue time plus its
+    `host_path_s`; a fused task's host_path_s covers the ops it fused, so how finely a chain is cut
+    into tasks does not change when it ends.
     `bandwidth_sharing=False` ignores the graph's flow demands (every task keeps its duration).
     `progress(tasks finished, tasks)` is called every `progress_every` finished tasks."""
     n = len(graph)
@@ -115,6 +122,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     grad_active = [0] * n_classes
     run_task = [-1] * n_classes
     left = [0.0] * n  # full-speed seconds of work left at `since` (rate-scaled tasks)
+    floor = [0.0] * n  # a compute task ends no earlier: its issue time + host_path_s (the host's pace)
     since = [0.0] * n
     rate = [1.0] * n
     slow_rate = [1.0] * n
@@ -157,7 +165,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         rate[t] = r
         version[t] += 1
         seq += 1
-        heapq.heappush(heap, (now + max(left[t], 0.0) / r, seq, t, version[t]))
+        heapq.heappush(heap, (max(now + max(left[t], 0.0) / r, floor[t]), seq, t, version[t]))
 
     def set_rate(c: int, now: float) -> None:
         t = run_task[c]
@@ -212,24 +220,28 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         for q in tq[t]:
             if qbusy[q] or qlist[q][qhead[q]] != t:
                 return
-        issue = 0.0
-        if use_host and stream[t] == Stream.COMPUTE:
-            c0 = graph.participants[t][0]
-            issue = host_free[c0]
+        if use_host and (stream[t] == Stream.COMPUTE or stream[t] == Stream.FEATURE):
+            synced = 0.0
             if p2p_host_sync:
                 sp = sync_on[t]
                 if sp >= 0:
                     if math.isnan(end[sp]):
                         return  # retried when the send ends
-                    issue = max(issue, end[sp])
+                    synced = end[sp]
                 for d in deps[t]:
-                    if stream[d] == Stream.P2P and end[d] > issue:
-                        issue = end[d]
+                    if stream[d] == Stream.P2P and end[d] > synced:
+                        synced = end[d]
+            members = graph.participants[t]
+            # each member's host issues it when done with what came before (a collective runs once all did)
+            issue = host_free[members[0]] if len(members) == 1 else max(host_free[c] for c in members)
+            if synced > issue:
+                issue = synced
             if issue > now + 1e-12:
                 seq += 1
                 heapq.heappush(heap, (issue, seq, -1 - t, 0))
                 return
-            host_free[c0] = issue + host[t]
+            for c in members:
+                host_free[c] = max(host_free[c], synced) + host[t]
             issue_of[t] = issue
         started[t] = True
         start[t] = now
@@ -255,16 +267,20 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         if s == Stream.COMPUTE:
             c = graph.participants[t][0]
             r0 = slow_rate[t] if grad_active[c] > 0 else 1.0
-            if use_host and issue_of[t] + host_path[t] - now > d:  # host-bound: kernels wait to be issued
-                d = issue_of[t] + host_path[t] - now
+            # host-bound: kernels wait to be issued. The wait is a floor on the end, not GPU work: the
+            # overlap slowdown and a link share stretch the kernels only (a fused chain and its ops alike)
+            if use_host:
+                floor[t] = issue_of[t] + host_path[t]
             run_task[c], left[t], since[t], rate[t] = t, d, now, r0
             seq += 1
-            heapq.heappush(heap, (now + d / r0, seq, t, version[t]))
+            heapq.heappush(heap, (max(now + d / r0, floor[t]), seq, t, version[t]))
             if flow[t] is not None:
                 flow_start(t, now)
         else:
+            # a host-bound collective: its kernel waits to be launched before it moves anything
+            late = max(0.0, issue_of[t] + host_path[t] - now - d) if use_host and s == Stream.FEATURE else 0.0
             if flow[t] is not None:
-                lat = min(flow_lat[t], d)
+                lat = min(flow_lat[t], d) + late
                 if lat > 0:
                     seq += 1
                     heapq.heappush(heap, (now + lat, seq, t, -1))
@@ -272,7 +288,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                     comm_bandwidth_phase(t, now)
             else:
                 seq += 1
-                heapq.heappush(heap, (now + d, seq, t, version[t]))
+                heapq.heappush(heap, (now + d + late, seq, t, version[t]))
             if s == Stream.GRAD:
                 for c in graph.participants[t]:
                     grad_active[c] += 1
@@ -286,7 +302,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     report_at = progress_every if progress is not None else -1
     while heap:
         now, _, t, ver = heapq.heappop(heap)
-        if t < 0:  # a compute task whose host issue time has come
+        if t < 0:  # a host-issued task whose issue time has come
             try_start(-1 - t, now)
             continue
         if ver == -1:  # a flow's latency is over
@@ -324,11 +340,12 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         for q in tq[t]:
             if qhead[q] < len(qlist[q]):
                 try_start(qlist[q][qhead[q]], now)
-        if s == Stream.P2P and use_host:  # the host was blocked on this send: its compute may go on
+        if s == Stream.P2P and use_host:  # the host was blocked on this send: what it issues may go on
             for c in graph.participants[t]:
-                q = c * ns + Stream.COMPUTE
-                if qhead[q] < len(qlist[q]):
-                    try_start(qlist[q][qhead[q]], now)
+                for hs in (Stream.COMPUTE, Stream.FEATURE):
+                    q = c * ns + hs
+                    if qhead[q] < len(qlist[q]):
+                        try_start(qlist[q][qhead[q]], now)
     if done < n:
         stuck = next(t for t in range(n) if not started[t])
         raise SimulationError(

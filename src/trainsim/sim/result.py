@@ -13,6 +13,7 @@ from .engine import SimTrace
 BREAKDOWN_KEYS = ("compute", "recompute", "optimizer", "tp", "cp", "ep", "dp", "pp", "offload", "bubble", "idle")
 # exposed time goes to the most blocking kind first; offload = memory-stream loads/stores (compile.offload)
 COMM_PRIORITY = ("tp", "cp", "ep", "pp", "offload", "dp")
+_HOST_PACED = frozenset({"compute", "recompute", "optimizer"})  # fused parts whose kernels host issue / gamma stretch
 
 
 @dataclass
@@ -201,9 +202,22 @@ def time_by_category(graph: ExecutionGraph, trace: SimTrace, tasks: list[int]) -
 
 
 def _split(graph: ExecutionGraph, t: int, span_s: float) -> list[tuple[str, float]]:
-    """A task's run time shared among its categories (fused tasks in proportion to their parts)."""
+    """A task's run time shared among its categories (fused tasks in proportion to their parts).
+
+    A fused task that ran longer than its parts is split as its ops would be if they ran as separate
+    tasks: waiting for the host to issue its kernels (up to its host_path_s) and, without a link
+    share, the overlap slowdown are its compute kernels' time; a link share slows its communication."""
     parts = graph.parts[t]
     if not parts:
         return [(graph.category[t], span_s)]
     total = sum(parts.values()) or 1.0
-    return [(k, span_s * v / total) for k, v in parts.items()]
+    paced = sum(v for k, v in parts.items() if k in _HOST_PACED)
+    if span_s <= total or paced <= 0:
+        return [(k, span_s * v / total) for k, v in parts.items()]
+    host_wait = min(span_s, max(total, graph.host_path_s[t])) - total
+    rest = span_s - total - host_wait
+    comm = total - paced
+    to_comm = rest if graph.flow_demand[t] and comm > 0 else 0.0
+    grow_paced = (paced + host_wait + rest - to_comm) / paced
+    grow_comm = (comm + to_comm) / comm if comm > 0 else 1.0
+    return [(k, v * (grow_paced if k in _HOST_PACED else grow_comm)) for k, v in parts.items()]
