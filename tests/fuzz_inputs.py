@@ -285,13 +285,17 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
         flags(COLLECTIVE_FLAGS, 5), outputs(["--json"])).map(lambda x: ["collective", *x[0], *x[1], *x[2]])),
     "validate": st.tuples(csv_files(), st.lists(st.sampled_from(
         [["--tier", "A"], ["--subset", "core"], ["--jobs", "0"], ["--jobs", "1"], ["--max-mape", "-1"],
-         ["--max-mape", "nan"], ["--max-mape", "10"], ["--all"], ["-q"], ["--jobs"]]), max_size=2),
+         ["--max-mape", "nan"], ["--max-mape", "10"], ["--all"], ["-q"], ["--jobs"], ["--by", "source"],
+         ["--by", "tp,gpu"], ["--by", "nosuch"], ["--by", ","], ["--by", "collective,nodes"]]), max_size=2),
         outputs(["--json", "--plot"])).map(
         lambda x: (["validate", "cases.csv", *(a for pair in x[1] for a in pair), *x[2]], {"cases.csv": x[0]})),
     "calibrate": st.tuples(csv_files(), st.sampled_from(["a100", "nosuch", "", "h100"]),
                            st.sampled_from(["1", "1", "2", "0", "-3", "x"]),
-                           st.sampled_from(["cal.yaml", "c2.yaml", "", "sub", "missing/c.yaml"])).map(
-        lambda x: (["calibrate", "m.csv", "--out", x[3], "--family", x[1], "--every", x[2], "--fit", "gamma"],
+                           st.sampled_from([["--out", p] for p in ("cal.yaml", "c2.yaml", "", "sub", "missing/c.yaml")]
+                                           + [[]]),
+                           st.sampled_from([[], [], ["--cv", "source"], ["--cv", "tp"], ["--cv", "nosuch"],
+                                            ["--cv", ""], ["--cv", "source", "--json", "cv.json"]])).map(
+        lambda x: (["calibrate", "m.csv", *x[3], "--family", x[1], "--every", x[2], "--fit", "gamma", *x[4]],
                    {"m.csv": x[0]})),
     "chakra export": _no_files(st.tuples(
         flags(_EXPORT_FLAGS, 5), st.sampled_from(["chakra", "", "..", "o.json", "sub"]),

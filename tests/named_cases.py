@@ -116,4 +116,10 @@ CASES: list[Case] = [
          {"m.csv": b"m,n,k,dtype,gpu,tflops\n1024,1024,1024,bf16,a100,200\n"}, names=("--family",)),
     Case("validate --jobs 0", ["validate", "cases.csv", "--jobs", "0"], {"cases.csv": VTRAIN_HEADER.encode()},
          names=("--jobs",)),
+    Case("validate --by nosuch", ["validate", "cases.csv", "--by", "tp,nosuch"],
+         {"cases.csv": (VTRAIN_HEADER + "8,16,2,1024,16,4,512,2,4,1,120.5\n").encode()}, names=("--by", "nosuch")),
+    Case("calibrate --cv nosuch", ["calibrate", "m.csv", "--cv", "nosuch"],
+         {"m.csv": (VTRAIN_HEADER + "8,16,2,1024,16,4,512,2,4,1,120.5\n").encode()}, names=("--cv", "nosuch")),
+    Case("calibrate without --out or --cv", ["calibrate", "m.csv"],
+         {"m.csv": (VTRAIN_HEADER + "8,16,2,1024,16,4,512,2,4,1,120.5\n").encode()}, names=("--out",)),
 ]

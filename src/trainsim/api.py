@@ -55,7 +55,7 @@ from .strategy.presets import ParallelSpec, build_strategy
 from .strategy.tree import StrategyTree
 from .workload.hf import build_hf_model
 from .workload.ir import Model
-from .workload.zoo import build_model, is_transformer, model_names
+from .workload.zoo import FEATURES, build_model, is_transformer, model_names
 
 ProgressFn = Callable[[str, int, int], None]
 """progress(phase, done, total): 'building graph' (tasks built of those predicted), then 'simulating' (tasks
@@ -171,10 +171,11 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         offload=s.offload)
 
 
-def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims: dict[str, int | None]) -> Model:
+def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims: dict[str, int | None],
+               features: dict[str, Any] | None = None) -> Model:
     """A built-in model by name, bad names and dimensions turned into ConfigErrors."""
     try:
-        return build_model(name, batch, seq_len, attention, **dims)
+        return build_model(name, batch, seq_len, attention, features, **dims)
     except ConfigError:
         raise
     except KeyError as exc:
@@ -330,15 +331,19 @@ def _job_model(job: JobConfig, batch: int) -> Model:
     m = job.model
     dims = {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads, "ffn": m.ffn,
             "vocab": m.vocab}
+    features = {k: getattr(m, k) for k in FEATURES if getattr(m, k) is not None}
     if "attention" in m.model_fields_set and m.hf_config is None and not is_transformer(m.name) \
             and m.name in model_names():
         raise ConfigError("model.attention", f"{m.name} has no attention layers", "drop --attention for this model")
+    if features and m.hf_config is None and not is_transformer(m.name) and m.name in model_names():
+        key = next(iter(features))
+        raise ConfigError(f"model.{key}", f"{m.name} is not a transformer", f"drop model.{key} for this model")
     if m.hf_config is not None:
         if "name" in m.model_fields_set:
             raise ConfigError("model.name", f"and model.hf_config both name the model ('{m.name}' and "
                               f"{m.hf_config})", "keep only one of them (--model or --hf-config)")
-        return build_hf_model(m.hf_config, batch, m.seq_len, m.attention, **dims)
-    return _zoo_model(m.name, batch, m.seq_len, m.attention, dims)
+        return build_hf_model(m.hf_config, batch, m.seq_len, m.attention, features=features, **dims)
+    return _zoo_model(m.name, batch, m.seq_len, m.attention, dims, features)
 
 
 def _tree_from_file(job: JobConfig) -> StrategyTree:

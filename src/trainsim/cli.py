@@ -200,11 +200,16 @@ def validate(
     calibration: Annotated[str | None, Opt(help="calibration YAML (default: the packaged one)")] = None,
     jobs: Annotated[int | None, Opt(help="worker processes (default: CPU count, at most 8)")] = None,
     all_rows: Annotated[bool, Opt("--all", help="print every row, not only the largest errors")] = False,
-    quiet: Annotated[bool, Opt("-q", "--quiet", help="print only the summary line")] = False,
+    by: Annotated[str | None, Opt("--by", help="error statistics per group of rows with equal values of "
+                                  "these columns, e.g. source (training_runs: source_group), gpu, dp; "
+                                  "vTrain: tp, pp, gpus; collectives: hardware, collective, nodes")] = None,
+    quiet: Annotated[bool, Opt("-q", "--quiet", help="print only the summary line (and the --by "
+                                                     "table)")] = False,
 ) -> None:
     """Compare predictions with published measurements, row by row, and summarise the error."""
 
-    from .validate.report import plot_validation, print_validation, require_matplotlib
+    from .validate import runner
+    from .validate.report import plot_validation, print_groups, print_validation, require_matplotlib
     from .validate.runner import default_jobs, detect_kind, filter_rows, read_rows, run_rows
 
     outs = Outputs()
@@ -221,6 +226,7 @@ def validate(
         load_calibration(calibration)  # validate it up front: one clear error, not one per row
     header, rows = read_rows(cases)
     kind = detect_kind(header)
+    by_cols = runner.resolve_columns(kind, header, by, "--by") if by is not None else []
     split = (lambda x: {t.strip() for t in x.split(",") if t.strip()} if x else None)  # noqa: E731
     idx, rows = filter_rows(kind, rows, split(tier), split(subset))
     if not rows:
@@ -229,6 +235,10 @@ def validate(
     with progress_bar(quiet=quiet) as bar:
         task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
         report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx)
+    if by_cols:
+        label = runner.file_label(kind, cases)
+        keys = {i: runner.group_key(r, by_cols, label) for i, r in zip(idx, rows, strict=True)}
+        report.by, report.by_group = by_cols, runner.stats_by_group(report.outcomes, lambda o: keys[o.row])
     payloads: dict[OutputTarget | None, Payload] = {}
     if json_target is not None:
         payloads[json_target] = json_text(report.to_json(), "--json")
@@ -241,6 +251,8 @@ def validate(
               f"max={s['max_ape']:.2f}% spearman={s['spearman']:.3f} kendall={s['kendall']:.3f}")
     elif not outs.to_stdout:
         print_validation(report, show_all=all_rows)
+    if by_cols and not outs.to_stdout:
+        print_groups(report)
     if max_mape is not None and not s["mape"] <= max_mape:
         print(f"MAPE {s['mape']:.2f}% is above --max-mape {max_mape:g}%", file=sys.stderr)
         raise typer.Exit(1)
@@ -251,7 +263,8 @@ def calibrate(
     measurements: Annotated[list[str], typer.Argument(help="CSV files: end-to-end runs (training_runs.csv or vTrain "
                                                        "format) and/or kernel measurements (gemm/attention/memory "
                                                        "CSVs as in trainsim/data/measurements)")],
-    out: Annotated[str, Opt(help="where to write the fitted calibration YAML")],
+    out: Annotated[str | None, Opt(help="where to write the fitted calibration YAML (optional with --cv: "
+                                        "the fit on every row)")] = None,
     family: Annotated[str, Opt(help="device family the constants belong to (a100, h100, v100, ...)")] = "a100",
     fit_params: Annotated[str, Opt("--fit", help="comma-separated constants fitted to end-to-end runs")] =
         "gemm_peak_fraction,hbm_efficiency,host_overhead_s,collective_host_s",
@@ -259,53 +272,117 @@ def calibrate(
     every: Annotated[int, Opt(help="use every N-th row of large files (faster fits)")] = 1,
     sweeps: Annotated[int, Opt(help="coordinate-descent sweeps")] = 2,
     jobs: Annotated[int | None, Opt(help="worker processes")] = None,
+    cv: Annotated[str | None, Opt("--cv", help="leave-one-group-out cross-validation: per value of this "
+                                  "column (source = training_runs' source_group; a file without the column "
+                                  "is one group, e.g. vtrain_multi), fit on the other rows and predict the "
+                                  "group's")] = None,
+    json_out: Annotated[str | None, Opt("--json", help="write the fitted values (with --cv: the per-group "
+                                        "held-out errors) as JSON")] = None,
 ) -> None:
     """Re-fit trainsim's constants to your own measurements and write a calibration file."""
     from .cost.calibration import device_family, dump_calibration, load_calibration
     from .hardware.devices import DEVICES
-    from .validate.calibrate import BOUNDS, Dataset, fit, fit_kernels
-    from .validate.runner import default_jobs, detect_kind, read_rows
+    from .validate import calibrate as fitting
+    from .validate import runner
+    from .validate.report import print_cross_validation
 
     for flag, value in (("--every", every), ("--sweeps", sweeps)):
         if value < 1:
             raise ConfigError(flag, f"must be >= 1, got {value}", "pass a positive integer")
     _check_jobs(jobs)
-    out_target = Outputs().add(out, "--out")
+    if out is None and cv is None:
+        raise ConfigError("--out", "missing", "pass --out FILE for the fitted calibration (optional only "
+                          "with --cv)")
+    outs = Outputs()
+    out_target, json_target = outs.add(out, "--out"), outs.add(json_out, "--json")
     cal = load_calibration(calibration)
     families = sorted({device_family(d) for d in DEVICES.values()} | set(cal.compute))
     if family not in families:  # checked before a long fit, not after
         raise ConfigError("--family", f"'{family}' is not a device family", f"use one of {', '.join(families)}")
-    for name in (n.strip() for n in fit_params.split(",") if n.strip()):
-        if name not in BOUNDS:
-            raise ConfigError("--fit", f"'{name}' cannot be fitted", f"choose from {', '.join(BOUNDS)}")
+    names = [n.strip() for n in fit_params.split(",") if n.strip()]
+    for name in names:
+        if name not in fitting.BOUNDS:
+            raise ConfigError("--fit", f"'{name}' cannot be fitted",
+                              f"choose from {', '.join(fitting.BOUNDS)}")
+    cv_names = runner.split_columns(cv, "--cv") if cv is not None else []
+    if cv_names and not names:
+        raise ConfigError("--fit", "nothing to fit", "name the constants to cross-validate, e.g. --fit gamma")
     datasets, kernel_files = [], []
     if not all(measurements):
         raise ConfigError("MEASUREMENTS", "empty path", "pass the CSV files to fit to")
+    found: set[str] = set()  # --cv names that are a column (or the file) somewhere
+    first_header: tuple[str, list[str]] | None = None
+    labels: set[str] = set()
     for path in map(Path, measurements):
-        header, rows = read_rows(path)
+        header, rows = runner.read_rows(path)
         cols = set(header)
         if {"m", "n", "k", "tflops"} <= cols or {"seq_len", "head_dim", "tflops"} <= cols or {"op", "gbps"} <= cols:
             kernel_files.append(path)
             continue
-        kind = detect_kind(header)
+        kind = runner.detect_kind(header)
         if kind == "collectives":
             raise ConfigError(str(path), "collective measurements are fitted per link type in the comm section",
                               "edit the comm: section, then check it with `trainsim validate` on the file")
         idx = list(range(len(rows)))[::every]
-        datasets.append(Dataset(kind, rows[::every], idx, path.name))
-    con = Console(stderr=out_target.to_stdout)  # with --out -, the YAML alone goes to stdout
+        name = path.name if path.name not in {d.name for d in datasets} else f"{path.name}#{len(datasets) + 1}"
+        ds = fitting.Dataset(kind, rows[::every], idx, name)  # (a name twice: #n keeps rows apart)
+        if cv_names:
+            first_header = first_header or (kind, header)
+            resolved = [runner.resolve_column(kind, header, n) for n in cv_names]
+            found |= {n for n, c in zip(cv_names, resolved, strict=True) if c is not None}
+            label = runner.file_label(kind, path)
+            label = label if label not in labels else f"{label}#{len(datasets) + 1}"
+            labels.add(label)
+            cols = [c or runner.FILE_COLUMN for c in resolved]  # a file without the column is one group
+            ds.groups = [runner.group_key(r, cols, label) for r in ds.rows]
+        datasets.append(ds)
+    if cv_names:
+        if not datasets:
+            raise ConfigError("--cv", "needs end-to-end runs to hold out",
+                              "add a training_runs or vTrain CSV")
+        missing = [n for n in cv_names if n not in found]
+        if missing and first_header is not None:
+            raise ConfigError("--cv", f"'{missing[0]}' is a column of none of the files",
+                              f"use one of: {runner.column_choices(*first_header)}")
+        groups = sorted({g for d in datasets for g in d.groups or []}, key=runner.natural_key)
+        if len(groups) < 2:
+            raise ConfigError("--cv", f"the rows form {len(groups)} group(s): {', '.join(groups) or 'none'}",
+                              "choose a column with at least two values (or give several files)")
+    con = Console(stderr=outs.to_stdout)  # with --out - or --json -, that output alone goes to stdout
     if kernel_files:
-        cal, report = fit_kernels(cal, kernel_files)
+        cal, report = fitting.fit_kernels(cal, kernel_files)
         for fam, rep in report.items():
             con.print(f"kernel fit {fam}: {rep}")
-    names = [n.strip() for n in fit_params.split(",") if n.strip()]
-    if datasets and names:
-        res = fit(cal, family, names, datasets, sweeps=sweeps, jobs=jobs or default_jobs(),
-                  progress=lambda msg: con.print(msg))
-        cal = res.calibration
-        con.print(f"mean |log error| {res.loss_before:.4f} -> {res.loss_after:.4f}")
-    write_outputs({out_target: dump_calibration(cal)})
-    con.print(f"wrote {out}; use it with --calibration {out}")
+    payloads: dict[OutputTarget | None, Payload] = {}
+    n_jobs = jobs or runner.default_jobs()
+    if cv_names:
+        total = fitting.cv_evaluations(len(groups), len(names), sweeps)
+        with progress_bar() as bar:
+            task = bar.add_task("cross-validating", total=total)
+            result = fitting.cross_validate(
+                cal, family, names, datasets, sweeps=sweeps, jobs=n_jobs, on_eval=lambda: bar.advance(task),
+                on_fold=lambda g: bar.update(task, description=f"fit without {g}"))
+        cal, result.by = result.all_fit.calibration, cv_names
+        print_cross_validation(result, con)
+        if json_target is not None:
+            payloads[json_target] = json_text(result.to_json(), "--json")
+    else:
+        fitted: dict[str, Any] = {"family": family, "fit": [], "values": {}, "loss_before": None,
+                                  "loss_after": None}
+        if datasets and names:
+            res = fitting.fit(cal, family, names, datasets, sweeps=sweeps, jobs=n_jobs,
+                              progress=lambda msg: con.print(msg))
+            cal = res.calibration
+            con.print(f"mean |log error| {res.loss_before:.4f} -> {res.loss_after:.4f}")
+            fitted.update(fit=names, values={n: fitting.current_value(cal, family, n) for n in names},
+                          loss_before=res.loss_before, loss_after=res.loss_after)
+        if json_target is not None:
+            payloads[json_target] = json_text(fitted, "--json")
+    if out_target is not None:
+        payloads[out_target] = dump_calibration(cal)
+    write_outputs(payloads)
+    if out is not None:
+        con.print(f"wrote {out}; use it with --calibration {out}")
 
 
 def _job_line(config: Path | None, layered: LayeredJob, flags: dict[str, Any]) -> str:

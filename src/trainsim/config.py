@@ -47,6 +47,19 @@ class ModelSpec(_Strict):
         "flash", description="attention kernel: flash (FlashAttention-2), flash3 (FlashAttention-3, Hopper), cudnn "
         "(cuDNN fused attention, as Transformer Engine runs it), triton (the Triton FlashAttention of 2022, e.g. "
         "llm-foundry attn_impl: triton) or unfused (softmax and two batched GEMMs)")
+    # architecture features of a transformer; None keeps the model's own (gpt*: learned/gelu/layernorm with
+    # biases, dropout and a tied head; llama*: rope/swiglu/rmsnorm, no biases or dropout, untied)
+    position: Literal["learned", "rope", "alibi"] | None = Field(
+        None, description="position encoding: learned (a table added to the embeddings), rope (rotary q/k) or "
+        "alibi (a per-head linear bias on the attention scores, no parameters; BLOOM)")
+    mlp: Literal["gelu", "swiglu", "relu2"] | None = Field(
+        None, description="MLP: gelu (two matrices), swiglu (gated, three matrices) or relu2 (squared ReLU, "
+        "two matrices; Nemotron)")
+    norm: Literal["layernorm", "rmsnorm"] | None = Field(None, description="normalisation layers")
+    bias: bool | None = Field(None, description="biases in the linear layers")
+    tied_embeddings: bool | None = Field(None, description="the LM head shares the embedding's weight")
+    dropout: bool | None = Field(None, description="dropout after attention and MLP (hidden and attention "
+                                 "dropout > 0)")
 
 
 class ClusterSpec(_Strict):

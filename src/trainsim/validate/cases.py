@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -35,3 +38,22 @@ class Outcome:
 
 def skip(row: int, case_id: str, reason: str, **tags: str) -> Outcome:
     return Outcome(row=row, case_id=case_id, skipped=reason, tags=dict(tags))
+
+
+def skip_category(reason: str) -> str:
+    """The group a skip reason is counted in: its part before the first ': ' (a row mapper writes
+    "<category>: <detail>"; the simulator's refusals "not expressible: <field>: ..." keep the field), with
+    quoted values and numbers masked so that rows differing only in them share a group."""
+    head, sep, rest = reason.partition(": ")
+    if sep and head == "not expressible":
+        head = f"{head}: {rest.partition(': ')[0]}"
+    return re.sub(r"\b\d+(?:\.\d+)?\b", "N", re.sub(r"'[^']*'", "'...'", head)).strip()
+
+
+def skips_by_reason(outcomes: Iterable[Outcome]) -> list[tuple[str, list[Outcome]]]:
+    """Skipped outcomes grouped by skip_category, the largest group first (then by name)."""
+    groups: dict[str, list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        if o.skipped is not None:
+            groups[skip_category(o.skipped)].append(o)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -17,8 +18,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..files import read_csv
-from .cases import Outcome, skip
-from .stats import error_summary, kendall, spearman
+from .cases import Outcome, skip, skips_by_reason
+from .stats import error_summary, group_stats, kendall, spearman
 
 MIN_GROUP = 3  # a ranking group needs at least this many strategies
 
@@ -28,6 +29,8 @@ class ValidationReport:
     kind: str
     outcomes: list[Outcome]
     groups: dict[str, dict[str, float]] = field(default_factory=dict)
+    by: list[str] = field(default_factory=list)  # the --by columns, when rows are grouped
+    by_group: dict[str, dict[str, Any]] = field(default_factory=dict)  # stats_by_group per --by value
 
     @property
     def compared(self) -> list[Outcome]:
@@ -56,7 +59,11 @@ class ValidationReport:
                       "metric": o.metric, "error_pct": o.error_pct, **({"assumptions": o.tags} if o.tags else {})}
                      for o in self.compared],
             "skipped_rows": [{"row": o.row, "case_id": o.case_id, "reason": o.skipped} for o in self.skipped],
+            "skipped_by_reason": {reason: len(os_) for reason, os_ in skips_by_reason(self.skipped)},
             "ranking_groups": {k: {kk: num(vv) for kk, vv in v.items()} for k, v in self.groups.items()},
+            **({"group_by": self.by, "group_bias": BIAS_MEANING,
+                "groups": {k: {kk: num(vv) if isinstance(vv, float) else vv for kk, vv in v.items()}
+                           for k, v in self.by_group.items()}} if self.by else {}),
         }
 
 
@@ -173,3 +180,115 @@ def filter_rows(kind: str, rows: list[dict[str, str]], tiers: set[str] | None,
 
 def default_jobs() -> int:
     return max(1, min(8, (os.cpu_count() or 1)))
+
+
+# --by / --cv: short names for the columns of each format (any header column is accepted as well)
+COLUMN_ALIASES: dict[str, dict[str, str]] = {
+    "training_runs": {"source": "source_group", "model": "model_name", "gpus": "n_gpus", "kind": "case_kind"},
+    "vtrain": {"gpus": "# GPUs", "tp": "tensor parallelism", "dp": "data parallelism", "pp": "pipeline parallelism",
+               "micro_batch": "micro batch", "global_batch": "global batch", "hidden": "hidden size",
+               "heads": "attention heads", "layers": "# layers", "seq_len": "sequence length",
+               "params": "Parameters (billion)"},
+    "collectives": {"source": "source_id", "nodes": "n_nodes", "gpus": "n_gpus", "size": "size_bytes",
+                    "algorithm": "algo_proto_or_env"},
+}
+FILE_COLUMN = "file"  # pseudo-column: the input file (vTrain's files have no source column: 'source' is the file)
+BIAS_MEANING = ("bias = mean signed % error oriented so that + means trainsim predicts faster than measured "
+                "(higher throughput / TFLOP/s / MFU, shorter time): throughput metrics keep the sign of "
+                "(predicted - measured) / measured, time metrics (iter_time_s, time_us) flip it")
+
+
+def resolve_column(kind: str, header: list[str], name: str) -> str | None:
+    """The header column (or FILE_COLUMN) that `name` means in a `kind` file, None when there is none.
+
+    The format's aliases first (`source` is training_runs' source_group, not its long `source` citation),
+    then exact header names, then a case-insensitive header match; 'file' is the input file, and so is
+    'source' in a format without a source column (vTrain)."""
+    alias = COLUMN_ALIASES.get(kind, {}).get(name.lower())
+    if alias is not None and alias in header:  # before the header: training_runs' 'source' is the long citation
+        return alias
+    if name in header:
+        return name
+    folded = [h for h in header if h.strip().lower() == name.strip().lower()]
+    if folded:
+        return folded[0]
+    if name.lower() in (FILE_COLUMN, "source"):
+        return FILE_COLUMN
+    return None
+
+
+def column_choices(kind: str, header: list[str]) -> str:
+    """The names --by / --cv accept for a file: aliases (with what they mean), then the header."""
+    names = COLUMN_ALIASES.get(kind, {})
+    aliases = [f"{a} ({c})" for a, c in names.items() if c in header]
+    plain = [h for h in header if h not in names.values() and h.lower() not in names]  # (an alias shadows it)
+    return ", ".join([*aliases, FILE_COLUMN, *plain])
+
+
+def split_columns(spec: str, flag: str) -> list[str]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise ConfigError(flag, "no column named", "pass a column such as source, gpu or dp (comma-separated)")
+    return names
+
+
+def resolve_columns(kind: str, header: list[str], spec: str, flag: str) -> list[str]:
+    """`--by COL[,COL...]` -> header columns (FILE_COLUMN for the file); an unknown name is a ConfigError."""
+    out = []
+    for name in split_columns(spec, flag):
+        col = resolve_column(kind, header, name)
+        if col is None:
+            raise ConfigError(flag, f"'{name}' is not a column of this {kind} file",
+                              f"use one of: {column_choices(kind, header)}")
+        out.append(col)
+    return out
+
+
+def file_label(kind: str, path: str | Path) -> str:
+    """A file's group name where grouping falls back to the file: vtrain_multi for ground_truth_multi.csv."""
+    stem = Path(path).stem
+    if kind == "vtrain":
+        return "vtrain_" + (stem.removeprefix("ground_truth_") or stem)
+    return stem
+
+
+def group_key(row: dict[str, str], columns: list[str], label: str) -> str:
+    """The group of one row: its values of `columns` joined by '|' (a blank cell reads '(blank)')."""
+    return "|".join(label if c == FILE_COLUMN else (row.get(c, "").strip() or "(blank)") for c in columns)
+
+
+def natural_key(key: str) -> tuple:
+    """Sort group names with numbers in numeric order (dp 2 before dp 16)."""
+    return tuple((0, float(p), "") if re.fullmatch(r"-?\d+(\.\d+)?", p) else (1, 0.0, p) for p in key.split("|"))
+
+
+def is_time_metric(metric: str) -> bool:
+    """Whether a bigger value of the metric is slower (iter_time_s, time_us, ...)."""
+    return "time" in metric or metric.endswith(("_ms", "_us"))
+
+
+def stats_by_group(outcomes: Iterable[Outcome], key_of: Callable[[Outcome], str]) -> dict[str, dict[str, Any]]:
+    """Per group: n (compared), skipped, MAPE, median and max |error|, bias (BIAS_MEANING), Spearman of
+    predicted vs measured throughput (n >= 3; in the row metric where a row has no throughput) and the metrics."""
+    by: dict[str, list[Outcome]] = defaultdict(list)
+    skipped: Counter[str] = Counter()
+    for o in outcomes:
+        if o.skipped is not None:
+            skipped[key_of(o)] += 1
+        elif o.error_pct is not None:
+            by[key_of(o)].append(o)
+    out: dict[str, dict[str, Any]] = {}
+    for k in sorted(set(by) | set(skipped), key=natural_key):
+        os_ = by.get(k, [])
+        errs = [o.error_pct for o in os_ if o.error_pct is not None]
+        signs = [-1.0 if is_time_metric(o.metric) else 1.0 for o in os_]
+        metrics = sorted({o.metric for o in os_})
+        pred: list[float] | None = None
+        meas: list[float] | None = None
+        if all(o.throughput_pred and o.throughput_meas for o in os_):
+            pred, meas = [o.throughput_pred or 0.0 for o in os_], [o.throughput_meas or 0.0 for o in os_]
+        elif len(metrics) == 1:
+            pred, meas = [o.predicted or 0.0 for o in os_], [o.measured or 0.0 for o in os_]
+        st = group_stats(errs, signs, pred, meas)
+        out[k] = {**st, "n": len(errs), "skipped": skipped[k], "metrics": metrics}
+    return out

@@ -63,3 +63,25 @@ def error_summary(errors_pct: Sequence[float]) -> dict[str, float]:
     a = np.abs(np.asarray(errors_pct, dtype=float))
     return {"mape": float(a.mean()), "median_ape": float(np.median(a)), "max_ape": float(a.max()),
             "mean_signed": float(np.mean(errors_pct))}
+
+
+MIN_RANK_N = 3  # Spearman of a group needs at least this many rows
+
+
+def group_stats(errors_pct: Sequence[float], signs: Sequence[float] | None = None,
+                predicted: Sequence[float] | None = None, measured: Sequence[float] | None = None) -> dict[str, float]:
+    """Error statistics of one group of rows: n, MAPE, median and max |error|, bias and Spearman.
+
+    `errors_pct` are signed errors in percent; `bias` is the mean of `signs[i] * errors_pct[i]` (signs of
+    +-1 orient every row's error the same way; default +1). `spearman` ranks `predicted` against `measured`
+    (nan below MIN_RANK_N rows or without them)."""
+    s = error_summary(errors_pct)
+    sg = [1.0] * len(errors_pct) if signs is None else list(signs)
+    if len(sg) != len(errors_pct):
+        raise ValueError("group_stats: signs and errors differ in length")
+    bias = float(np.mean([g * e for g, e in zip(sg, errors_pct, strict=True)])) if errors_pct else math.nan
+    rho = math.nan
+    if predicted is not None and measured is not None and len(predicted) >= MIN_RANK_N:
+        rho = spearman(predicted, measured)
+    return {"n": float(len(errors_pct)), "mape": s["mape"], "median_ape": s["median_ape"], "max_ape": s["max_ape"],
+            "bias": bias, "spearman": rho}

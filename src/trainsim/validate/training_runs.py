@@ -1,13 +1,19 @@
 """Rows of `training_runs.csv` (any rows with its header) -> trainsim jobs and outcomes.
 
-Everything comes from the row's own columns. Where the source leaves a setting unstated, a
-documented framework default is used and recorded in the outcome's tags (never silently).
+Everything comes from the row's own columns. Every value of the strategy, precision and architecture
+columns either maps to a job field or skips the row with a reason "<category>: <detail>" (the report
+counts skips by category). Only a cell that is empty or says "not stated" takes a documented default,
+and that default is recorded in the outcome's tags (never silently). `other_settings` is free text:
+settings trainsim can express are mapped, those that change the simulated step and cannot be expressed
+skip the row, a strategy-sounding setting this module does not know skips it too, and anything else
+(data loaders, logging, library versions) is recorded in the tags as not interpreted.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +36,32 @@ class RowJob:
     assumptions: dict[str, str] = field(default_factory=dict)
 
 
+class RowSkip(Exception):
+    """A row that cannot be expressed. `category` is what the report counts skips by; `detail` names the
+    value. The skip reason is "<category>: <detail>"."""
+
+    def __init__(self, category: str, detail: str) -> None:
+        self.category, self.detail = category, detail
+        super().__init__(f"{category}: {detail}")
+
+
+MOE = "mixture of experts"
+ARCH_MODELLED = "architecture not modelled"
+ARCH_UNKNOWN = "architecture not understood"
+SETTING = "setting not expressible"
+
+
+def _cell(row: dict[str, str], key: str) -> str:
+    return (row.get(key) or "").strip()
+
+
+def _unstated(text: str) -> bool:
+    """An empty cell, or one that says the source is silent ("not stated ...", "unknown")."""
+    return not text or re.match(r"(not stated|unstated|unknown|\?)", text.lower()) is not None
+
+
 def _num(row: dict[str, str], key: str) -> float | None:
-    v = (row.get(key) or "").strip()
+    v = _cell(row, key)
     if not v:
         return None
     try:
@@ -46,19 +76,209 @@ def _int(row: dict[str, str], key: str) -> int | None:
     return None if v is None else int(round(v))
 
 
-def _dtype(precision: str, gpu: str) -> str:
+def _count(row: dict[str, str], key: str) -> int | None:
+    """A whole number (degrees, batch sizes): empty -> None; '8', '8.0' or '8 (...)' -> 8; anything else skips."""
+    v = _cell(row, key)
+    if not v:
+        return None
+    m = re.fullmatch(r"(\d+)(?:\.0*)?\s*(?:\(.*\))?", v)
+    if m is None:
+        raise RowSkip("unreadable number", f"{key} = '{v}' is not a whole number")
+    return int(m.group(1))
+
+
+def _vpp(row: dict[str, str], pp: int, notes: dict[str, str]) -> int:
+    """Model chunks per pipeline rank: a number ('2', '2 (interleaved)'); 'no'/'none' = 1; an empty cell is 1
+    unless the row's pp_schedule (moe_runs) says interleaved; 'yes' without a number skips."""
+    text = _cell(row, "vpp")
+    t = text.lower()
+    sched = _cell(row, "pp_schedule").lower()
+    if not t:
+        if "interleaved" in sched and pp > 1:
+            raise RowSkip("virtual pipeline size not stated", f"pp_schedule '{_cell(row, 'pp_schedule')}' "
+                          "without a vpp (model chunks per pipeline rank)")
+        vpp = 1
+        if pp > 1 and not sched:
+            notes["vpp"] = "not stated: 1 (non-interleaved 1F1B)"
+    elif m := re.match(r"(\d+)(?![\d.])", t):
+        vpp = int(m.group(1))
+    elif re.match(r"(no|none|off|false|n/?a)\b", t):
+        vpp = 1
+    elif re.match(r"(yes|true|on|interleaved)\b", t):
+        raise RowSkip("virtual pipeline size not stated", f"vpp = '{text}': interleaved without its number of "
+                      "model chunks per pipeline rank")
+    else:
+        raise RowSkip("vpp not understood", f"vpp = '{text}'")
+    if sched and not sched.startswith("none"):  # moe_runs' pp_schedule column, where stated
+        if "dualpipe" in sched or not re.search(r"1f1b", sched):
+            raise RowSkip("pipeline schedule not expressible", f"pp_schedule '{_cell(row, 'pp_schedule')}'")
+        if ("interleaved" in sched) != (vpp > 1):
+            raise RowSkip("vpp not understood", f"pp_schedule '{_cell(row, 'pp_schedule')}' with vpp = {vpp}")
+    return vpp
+
+
+def hsdp_supported() -> bool:
+    """Whether this trainsim expresses hybrid sharding (strategy.dp_replicate)."""
+    from ..config import StrategySpec
+
+    return "dp_replicate" in StrategySpec.model_fields
+
+
+def _replicas(replicas: int, dp: int, text: str) -> dict[str, Any]:
+    """strategy.dp_replicate for states sharded over dp / `replicas` ranks and replicated `replicas` times."""
+    if replicas <= 1:
+        return {}
+    if not hsdp_supported():
+        raise RowSkip("sharding not expressible", f"'{text}': hybrid sharding ({replicas} replicas of a "
+                      "sharding group); trainsim shards over the whole data-parallel group")
+    if dp % replicas or dp == replicas:
+        raise RowSkip("sharding not expressible", f"'{text}': {replicas} replicas do not split dp = {dp} into "
+                      "sharding groups of two or more ranks")
+    return {"dp_replicate": replicas}
+
+
+def _sharding(text: str, dp: int, gpus_per_node: int, notes: dict[str, str]) -> dict[str, Any]:
+    """The `sharding` cell -> strategy keys (zero / fsdp, and dp_replicate for hybrid sharding: states sharded
+    inside a group of dp / dp_replicate ranks and replicated across the groups)."""
+    t = text.lower()
+    if _unstated(t):
+        if "distributed optimizer" in t:
+            notes["sharding"] = "not stated: distributed optimizer (ZeRO-1)"
+            return {"zero": 1}
+        notes["sharding"] = "not stated: none (data parallelism replicates the model states)"
+        return {}
+    if re.match(r"(none|no\b|no_shard|off\b|n/a|ddp\b|plain ddp)", t):
+        return {}
+    hybrid = re.search(r"hsdp|hybrid[_ ]?shard", t) is not None
+    if m := re.search(r"strategy\s*=\s*(optim_grads_params|optim_grads|optim|no_shard)\b", t):  # Megatron-FSDP
+        out: dict[str, Any] = {"optim_grads_params": {"fsdp": True}, "optim_grads": {"zero": 2},
+                               "optim": {"zero": 1}, "no_shard": {}}[m.group(1)]
+    elif re.search(r"shard_grad_op|zero[-_ ]?(?:stage)?[-_ =]?2\b|hybrid_shard_zero2", t):
+        out = {"zero": 2}
+    elif re.search(r"full[_ ]shard|fully_shard|fsdp2|zero[-_ ]?(?:stage)?[-_ =]?3\b", t) or hybrid:
+        out = {"fsdp": True}
+    elif re.search(r"zero[-_ ]?(?:stage)?[-_ =]?1\b|distributed optimizer|dist(?:ributed)?[-_ ]opt", t):
+        out = {"zero": 1}
+    elif re.search(r"\bfsdp\b", t):
+        notes["sharding"] = "FSDP without a sharding strategy: PyTorch's default FULL_SHARD"
+        out = {"fsdp": True}
+    else:
+        raise RowSkip("sharding not understood", f"'{text}'")
+    if not out:
+        return out
+    instances = re.search(r"(?:distributed-optimizer-instances|optimizer instances)\s*=?\s*(\d+)", t)
+    replicate = re.search(r"replicat\w*\s*(?:degree|size|groups?)?\s*[=:]?\s*(\d+)", t)
+    shard = re.search(r"(?:fsdp column|shard(?:ing)?[_ ](?:degree|group|size)|over all)\s*[=:]?\s*(\d+)", t)
+    if instances:
+        return {**out, **_replicas(int(instances.group(1)), dp, text)}
+    if replicate:
+        return {**out, **_replicas(int(replicate.group(1)), dp, text)}
+    if shard:
+        size = int(shard.group(1))
+        if dp % size:
+            raise RowSkip("sharding not expressible", f"'{text}': sharding groups of {size} do not divide dp = {dp}")
+        return {**out, **_replicas(dp // size, dp, text)}
+    if hybrid:
+        if re.search(r"hybrid[_ ]shard", t):  # FSDP1's HYBRID_SHARD: FULL_SHARD inside a node, replicas across
+            size = min(gpus_per_node, dp)
+            notes["sharding"] = f"'{text}': PyTorch's HYBRID_SHARD shards inside a node ({size} ranks)"
+            return {**out, **_replicas(dp // size, dp, text)}
+        raise RowSkip("sharding not expressible", f"'{text}': HSDP without its shard or replicate degree")
+    return out
+
+
+_CORE_ATTN = {"core_attn", "core_attention", "attention core", "core attention"}
+
+
+def _recompute(text: str, notes: dict[str, str]) -> str:
+    """The `recompute` cell -> none | selective | full. trainsim's selective recomputes the attention core
+    (Korthikanti et al.; Megatron's default recompute module core_attn); other module lists skip."""
+    t = text.lower().strip()
+    if _unstated(t):
+        notes["recompute"] = "not stated: Megatron default (none)"
+        return "none"
+    if re.match(r"(none|no|off|false|disabled|n/a)\b", t):
+        return "none"
+    if re.search(r"\bselective\b|\bsac\b", t):
+        if re.search(r"per[- ]op|op[- ]level|selective_ac_option\s*=\s*'?op", t):
+            notes["recompute"] = (f"'{text}': per-op selective activation checkpointing priced as selective "
+                                  "(attention core recomputed)")
+            return "selective"
+        if m := re.search(r"selective_ac_option\s*=\s*'?(\d+)", t):
+            raise RowSkip("recompute not expressible", f"'{text}': every {m.group(1)}th layer fully recomputed")
+        if re.search(r"not resolved|base-recipe default|not stated", t):
+            raise RowSkip("recompute not expressible", f"'{text}': selective recompute of unstated modules")
+        m = re.search(r"modules\s*=\s*\[([^\]]*)\]", t) or re.search(r"selective\s*:\s*([a-z_, ]+)$", t)
+        if m:
+            mods = {x for x in re.split(r"[\s,]+", m.group(1).strip()) if x}
+            if mods and mods <= _CORE_ATTN:
+                return "selective"
+            raise RowSkip("recompute not expressible", f"selective recompute of {', '.join(sorted(mods))}: "
+                          "trainsim's selective recomputes the attention core only")
+        if re.fullmatch(r"selective\s*(\((core[_ ]attn|core attention|attention core|attention)\))?", t):
+            return "selective"
+        raise RowSkip("recompute not understood", f"'{text}'")
+    if re.match(r"(full|yes|true|on)\b", t) or re.search(r"activation checkpointing on|gradient[_ ]checkpointing|"
+                                                         r"checkpoint-activations", t):
+        if re.search(r"method\s*=\s*block|\bblock\b|\bpartial\b|some layers", t):
+            raise RowSkip("recompute not expressible", f"'{text}': only some layers recomputed")
+        return "full"
+    raise RowSkip("recompute not understood", f"'{text}'")
+
+
+def _seq_parallel(text: str, tp: int, tp_comm_overlap: bool, notes: dict[str, str]) -> bool:
+    t = text.lower()
+    if _unstated(t):
+        if tp == 1:
+            return False
+        if tp_comm_overlap:
+            notes["sequence_parallel"] = "not stated: on with TP (required by --tp-comm-overlap)"
+            return True
+        notes["sequence_parallel"] = "not stated: off (Megatron's default without --sequence-parallel)"
+        return False
+    if re.match(r"(yes|true|on|enabled)\b", t):
+        if tp == 1:
+            notes["sequence_parallel"] = f"'{text}' with tp = 1: a no-op (Megatron turns it off)"
+            return False
+        return True
+    if re.match(r"(no|false|off|disabled|none|n/?a)\b", t):
+        return False
+    raise RowSkip("sequence parallel not understood", f"seq_parallel = '{text}'")
+
+
+def _dtype(precision: str, gpu: str, notes: dict[str, str]) -> str:
+    """The compute dtype a `precision` cell names (FP8 means per-tensor-scaled FP8 GEMMs)."""
     p = precision.lower()
-    if "fp8" in p:
+    if re.search(r"nvfp4|mxfp4|\bfp4\b", p):
+        raise RowSkip("precision not modelled", f"'{precision}': FP4 training")
+    if re.search(r"mxfp8|fp8-mx|block[- ]?(?:wise|scal)|1x32|32x32|128x128|finer-grained", p):
+        raise RowSkip("precision not modelled", f"'{precision}': block-scaled FP8 (trainsim's fp8 is per-tensor "
+                      "scaled)")
+    if re.search(r"float8 all-gather|fp8 all-gather", p):
+        raise RowSkip("precision not modelled", "FP8 all-gather of sharded parameters (trainsim gathers them in "
+                      "the training dtype)")
+    if re.search(r"bf16-true|full bf16|pure bf16", p):
+        notes["precision"] = (f"'{precision}': bf16 weights, gradients and optimizer states; memory and gradient "
+                              "bytes priced as mixed precision (fp32 master)")
+    if re.search(r"fp8|float8|e4m3", p):
         return "fp8"
-    if "bf16" in p:
+    if re.search(r"bf16|bfloat16", p):
         return "bf16"
+    if re.search(r"fp16|float16|\bhalf\b", p):
+        return "fp16"
     if "tf32" in p:
         return "tf32"
-    if "fp16" in p or "amp" in p:
-        return "fp16"
-    if "fp32" in p:
+    if re.search(r"fp32|float32|single precision", p):
         return "fp32"
-    return "bf16" if "h100" in gpu.lower() or "a100" in gpu.lower() else "fp16"
+    if re.search(r"\bamp\b", p):
+        notes["precision"] = f"'{precision}': torch.autocast's default dtype (fp16)"
+        return "fp16"
+    if _unstated(p):
+        g = gpu.lower()
+        dtype = "bf16" if any(k in g for k in ("a100", "h100", "h200", "h800", "b200")) else "fp16"
+        notes["precision"] = f"not stated: {dtype} mixed precision (what the GPU trains in)"
+        return dtype
+    raise RowSkip("precision not understood", f"'{precision}'")
 
 
 def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[str, Any] | str:
@@ -72,8 +292,12 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
         out = {"name": "dgx-a100", "gpu": "a100-40gb" if mem == 40 or "40gb" in gpu else "a100-80gb"}
     elif "h100" in gpu:
         out = {"name": "dgx-h100"}
+        if mem == 96 or "96g" in gpu:  # the 96 GB H100 ships with a 500 W limit (Meta Grand Teton)
+            out["gpu"] = "h100-96gb-500w"
     elif "h200" in gpu:
         out = {"name": "hgx-h200"}
+    elif "b200" in gpu and "gb200" not in gpu:
+        out = {"name": "dgx-b200"}
     elif "v100" in gpu:
         dev = "v100-sxm2-16gb" if mem == 16 or "16gb" in gpu else "v100-sxm2-32gb"
         if "cube" in intra or ("sxm2" in gpu and "nvswitch" not in intra):
@@ -82,7 +306,7 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
             out = {"name": "dgx-a100", "gpu": dev, "gpus_per_node": gpn, "intra_node_gbps": 150.0}
     else:
         return f"unknown GPU '{row['gpu']}'"
-    if out["name"] == "dgx1-v100" and n_gpus < gpn:
+    if out["name"] == "dgx1-v100" and n_gpus < 8:  # the preset's 8 GPUs, whatever gpus_per_node says
         if n_gpus != 1:
             return f"{n_gpus} GPUs of a DGX-1 hybrid cube-mesh is not expressible"
         out = {"name": "dgx-a100", "gpu": out["gpu"]}  # one GPU: no interconnect involved
@@ -99,38 +323,6 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
     elif out["nodes"] > 1:
         notes["network"] = "not stated: preset's 8 NICs per node"
     return {k: v for k, v in out.items() if v is not None}
-
-
-def _model(row: dict[str, str], arch: str) -> dict[str, Any] | str:
-    name = row.get("model_name", "")
-    if "resnet-50" in name.lower() or "resnet50" in name.lower():
-        return {"name": "resnet50"}
-    dims = {k: _int(row, c) for k, c in (("layers", "n_layers"), ("hidden", "hidden"), ("heads", "n_heads"),
-                                         ("kv_heads", "n_kv_heads"), ("ffn", "ffn_hidden"), ("vocab", "vocab"),
-                                         ("seq_len", "seq_len"))}
-    if any(dims[k] is None for k in ("layers", "hidden", "heads", "seq_len")):
-        return "architecture columns (n_layers/hidden/n_heads/seq_len) missing"
-    if "bert" in arch:
-        return {"name": "bert-large", **{k: v for k, v in dims.items() if v is not None}}
-    if "cnn" in arch:
-        return f"CNN '{name}' is not in the model zoo"
-    if "llama" in arch or "swiglu" in arch:
-        return {"name": "llama3-8b", **{k: v for k, v in dims.items() if v is not None}}
-    if any(w in arch for w in ("gpt", "mpt")):
-        return {"name": "custom", **{k: v for k, v in dims.items() if v is not None}}
-    return f"architecture '{row.get('arch')}' is not expressible"
-
-
-def _recompute(text: str, notes: dict[str, str]) -> str:
-    t = text.lower()
-    if t.startswith(("full", "yes")):
-        return "full"
-    if t.startswith("selective"):
-        return "selective"
-    if t.startswith("none") or t == "no":
-        return "none"
-    notes["recompute"] = "not stated: Megatron default (none)"
-    return "none"
 
 
 def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
@@ -152,72 +344,439 @@ def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
     return "unfused"
 
 
+# --- architecture ------------------------------------------------------------------------------------------
+
+_UNMODELLED_ARCH = (
+    (r"\bmla\b|multi-latent", "multi-latent attention (MLA)"),
+    (r"sliding[- ]window|\bswa\b", "sliding-window attention"),
+    (r"mamba|\bssm\b|hybrid", "Mamba / hybrid mixer layers"),
+    (r"parallel (?:attention|block|layers?|attn)", "parallel attention and MLP blocks"),
+    (r"softmax sinks|attention sinks", "attention sinks"),
+    (r"encoder-decoder|\bt5\b", "encoder-decoder"),
+    (r"geglu|reglu", "gated GeLU/ReLU MLP"),
+    (r"\bnope\b|no pos(?:ition)?[- ]emb", "no position encoding"),
+)
+_MLP = ((r"swiglu|swi-glu|silu[- ]?glu", "swiglu"),
+        (r"squared[- ]?relu|relu\s*(?:\^|\*\*)\s*2|relu²|\brelu2\b|relu squared", "relu2"),
+        (r"gelu", "gelu"))
+_POSITION = ((r"alibi", "alibi"), (r"\brope\b|rotary", "rope"),
+             (r"learned pos|learned[- ]position|absolute pos|learned_absolute|learned abs", "learned"))
+_NORM = ((r"rms ?norm", "rmsnorm"), (r"(?<!qk-)layer ?norm|\bln\b", "layernorm"))  # qk-layernorm: extra norms
+_LLAMA = r"llama|mistral|qwen|\byi\b|gemma"
+_GPT = r"gpt|\bmpt\b|bloom|\bopt\b|nemotron|falcon|megatron|starcoder"
+LLAMA_FEATURES = {"norm": "rmsnorm", "mlp": "swiglu", "position": "rope", "bias": False, "dropout": False,
+                  "tied_embeddings": False}
+"""The Llama family as the custom transformer: what an arch text saying 'Llama' means unless it says otherwise."""
+GPT_FEATURES = {"norm": "layernorm", "mlp": "gelu", "position": "learned", "bias": True, "dropout": True,
+                "tied_embeddings": True}
+"""The GPT family (GPT-2/3, Megatron, MPT, BLOOM, ...): the custom transformer's own defaults."""
+
+
+def _one_of(text: str, table: tuple[tuple[str, str], ...], what: str) -> str | None:
+    found = {v for pat, v in table if re.search(pat, text)}
+    if len(found) > 1:
+        raise RowSkip(ARCH_UNKNOWN, f"'{text}' names more than one {what} ({', '.join(sorted(found))})")
+    return found.pop() if found else None
+
+
+def _moe(row: dict[str, str], arch: str) -> str | None:
+    """What says the row is a mixture of experts (its arch, n_experts, other_settings or model name), or None."""
+    experts = _num(row, "n_experts")
+    settings = _cell(row, "other_settings").lower()
+    name = _cell(row, "model_name")
+    if re.search(r"\bmoe\b|mixture[- ]of[- ]experts|\bexperts?\b", arch):
+        return f"'{_cell(row, 'arch')}'"
+    if experts and experts > 1:
+        return f"{int(experts)} experts (n_experts)"
+    if (m := re.search(r"num-experts\s*=\s*(\d+)", settings)) and int(m.group(1)) > 1:
+        return f"num-experts={m.group(1)} (other_settings)"
+    if re.search(r"\bmoe\b|latentmoe|mixtral|-a\d+(\.\d+)?b\b", name.lower()):
+        return f"'{name}' (model name)"
+    return None
+
+
+def _arch_features(arch: str) -> dict[str, Any]:
+    """Features the arch text states explicitly (mlp, position, norm, bias, tied_embeddings)."""
+    out: dict[str, Any] = {}
+    for key, table in (("mlp", _MLP), ("position", _POSITION), ("norm", _NORM)):
+        v = _one_of(arch, table, key)
+        if v is not None:
+            out[key] = v
+    if re.search(r"\brelu\b(?!\s*(?:\^|\*\*|2|²|squared))", arch) and "mlp" not in out:
+        raise RowSkip(ARCH_MODELLED, f"'{arch}': ReLU MLP")
+    if re.search(r"no bias|bias-free|without bias|no biases", arch):
+        out["bias"] = False
+    if re.search(r"untied|untie", arch):
+        out["tied_embeddings"] = False
+    elif re.search(r"tied (?:word )?embed", arch):
+        out["tied_embeddings"] = True
+    return out
+
+
+def _is_resnet(name: str) -> bool:
+    return "resnet-50" in name.lower() or "resnet50" in name.lower()
+
+
+def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str, str]) -> dict[str, Any]:
+    name = row.get("model_name", "")
+    if _is_resnet(name):
+        return {"name": "resnet50"}
+    for pat, what in _UNMODELLED_ARCH:
+        if re.search(pat, arch) or re.search(pat, _cell(row, "attention").lower()):
+            raise RowSkip(ARCH_MODELLED, f"{what} ('{row.get('arch')}')")
+    if "cnn" in arch:
+        raise RowSkip(ARCH_MODELLED, f"CNN '{name}' is not in the model zoo")
+    dims: dict[str, int | None] = {k: _count(row, c) for k, c in (
+        ("layers", "n_layers"), ("hidden", "hidden"), ("heads", "n_heads"), ("kv_heads", "n_kv_heads"),
+        ("ffn", "ffn_hidden"), ("vocab", "vocab"), ("seq_len", "seq_len"))}
+    if any(dims[k] is None for k in ("layers", "hidden", "heads", "seq_len")):
+        raise RowSkip("missing column", "architecture columns (n_layers/hidden/n_heads/seq_len)")
+    given = {k: v for k, v in dims.items() if v is not None}
+    if "bert" in arch:
+        if re.search(r"classification head|classifier", arch):
+            raise RowSkip(ARCH_MODELLED, f"'{row.get('arch')}': the zoo's BERT has the pre-training (MLM) head")
+        return {"name": "bert-large", **given}
+    if re.search(_LLAMA, arch) or ("swiglu" in arch and not re.search(_GPT, arch)):
+        family, base = "Llama", LLAMA_FEATURES
+    elif re.search(_GPT, arch):
+        family, base = "GPT", GPT_FEATURES
+    else:
+        raise RowSkip(ARCH_UNKNOWN, f"'{row.get('arch')}' is no transformer family trainsim knows (GPT, MPT, "
+                      "BLOOM, Nemotron, Llama, BERT)")
+    stated = _arch_features(arch)
+    for key, value in settings.features.items():
+        if key in stated and stated[key] != value:
+            raise RowSkip(ARCH_UNKNOWN, f"arch says {key} {stated[key]}, other_settings says {value}")
+        stated[key] = value
+    features = {**base, **stated}
+    unstated = [f"{k} {v}" for k, v in base.items() if k not in stated and k != "dropout"]
+    if unstated:
+        notes["architecture"] = f"not stated: {', '.join(unstated)} ({family} family)"
+    if family == "GPT":  # the custom model's own defaults need not be spelt out
+        features = {k: v for k, v in features.items() if k in stated}
+    if dims["kv_heads"] is None:
+        if re.search(r"\bmqa\b|multi-query", arch):
+            given["kv_heads"] = 1
+        elif re.search(r"\bgqa\b", arch) and not re.search(r"\bmha\b", arch):
+            raise RowSkip("missing column", "n_kv_heads of a GQA model")
+        else:
+            given["kv_heads"] = dims["heads"]
+    if dims["ffn"] is None:
+        if features.get("mlp") == "swiglu":
+            raise RowSkip("missing column", "ffn_hidden of a SwiGLU model (no standard width)")
+        notes["ffn"] = "not stated: 4 x hidden"
+    if dims["vocab"] is None:
+        notes["vocab"] = "not stated: 50257 (GPT-2 BPE)"
+    return {"name": "custom", **given, **features}
+
+
+# --- other_settings ----------------------------------------------------------------------------------------
+
+@dataclass
+class _Settings:
+    """What the `other_settings` cell says, as far as it changes the job."""
+
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool | None = None
+    p2p_scatter_gather: bool | None = None
+    schedule: str | None = None
+    attention: str | None = None
+    optimizer_instances: int = 1
+    features: dict[str, Any] = field(default_factory=dict)
+    dropout: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+
+def _on(m: re.Match[str], group: int = 1) -> bool:
+    v = m.group(group) if m.lastindex and m.lastindex >= group else None
+    return v is None or v.strip() in ("true", "on", "1", "yes")
+
+
+Action = Callable[[re.Match[str], "_Settings"], None]
+
+
+def _set(key: str, value: Any = None) -> Action:
+    """Set a strategy setting: to `value`, or to whether the flag is on (a bare flag, =true/on)."""
+    def act(m: re.Match[str], st: _Settings) -> None:
+        setattr(st, key, _on(m) if value is None else value)
+    return act
+
+
+def _feature(key: str, value: Any) -> Action:
+    """Set a model feature: to `value` when the flag is on, or to what a callable `value` reads off the match."""
+    def act(m: re.Match[str], st: _Settings) -> None:
+        if callable(value):
+            st.features[key] = value(m)
+        elif _on(m):
+            st.features[key] = value
+    return act
+
+
+def _attn(kernel: str, override: bool = True) -> Action:
+    def act(m: re.Match[str], st: _Settings) -> None:
+        if override or st.attention is None:
+            st.attention = kernel
+    return act
+
+
+def _note(text: str) -> Action:
+    def act(m: re.Match[str], st: _Settings) -> None:
+        st.notes.append(text)
+    return act
+
+
+def _skip(category: str, detail: str) -> Action:
+    def act(m: re.Match[str], st: _Settings) -> None:
+        raise RowSkip(category, f"{detail} ('{m.string}')")
+    return act
+
+
+def _ok(m: re.Match[str], st: _Settings) -> None:
+    return None
+
+
+def _dist_opt_instances(m: re.Match[str], st: _Settings) -> None:
+    st.optimizer_instances = int(m.group(1))
+
+
+def _outer_dp(m: re.Match[str], st: _Settings) -> None:
+    """Megatron-FSDP's outer (replica) dimension: no_shard is plain replication, as dp_replicate prices it."""
+    if m.group(1) != "no_shard":
+        raise RowSkip("sharding not expressible", f"outer-dp-sharding-strategy={m.group(1)} (states sharded "
+                      "across the replicas too)")
+
+
+def _position(m: re.Match[str], st: _Settings) -> None:
+    kind = {"rope": "rope", "learned_absolute": "learned", "alibi": "alibi"}.get(m.group(1))
+    if kind is None:
+        raise RowSkip(ARCH_MODELLED, f"position-embedding-type={m.group(1)}")
+    st.features["position"] = kind
+
+
+def _optimizer(m: re.Match[str], st: _Settings) -> None:
+    name = m.group(1)
+    if name in ("muon", "shampoo", "soap"):
+        raise RowSkip(SETTING, f"{name} optimizer (matrix-valued steps; trainsim prices Adam)")
+    if name not in ("adam", "adamw"):
+        st.notes.append(f"{name} optimizer priced as Adam")
+
+
+def _dropout(m: re.Match[str], st: _Settings) -> None:
+    st.dropout[m.group(1)] = float(m.group(2))
+
+
+def _sdpa(m: re.Match[str], st: _Settings) -> None:
+    """PyTorch scaled_dot_product_attention: FlashAttention-2 kernels for bf16/fp16 on Ampere and newer."""
+    st.attention = st.attention or "flash"
+
+
+_BACKENDS = {"flash": "flash", "fused": "cudnn", "unfused": "unfused", "local": "unfused"}
+
+_RULES: list[tuple[str, Action]] = [
+    # strategy settings that map to job fields
+    (r"overlap-grad-reduce(?:\s*=\s*(true|false))?", _set("overlap_grad_reduce")),
+    (r"overlap-param-gather(?:\s*=\s*(true|false))?", _set("overlap_param_gather")),
+    (r"tp[- ]comm[- ]overlap(?:\s*\([^)]*\))?(?:\s*[=:]\s*(true|false|on|off))?", _set("tp_comm_overlap")),
+    (r"userbuffers(?:\s*[=:]\s*(true|false|on|off))?", _set("tp_comm_overlap")),
+    (r"tp_linear_async_communication\s*=\s*(true|false)", _set("tp_comm_overlap")),
+    (r"ddp[ -]impl\s*=\s*torch", _set("overlap_grad_reduce", True)),
+    (r"ddp[ -]impl\s*=\s*local", _set("overlap_grad_reduce", False)),
+    (r"scatter/gather p2p opt(?:imi[sz]ation)? (on|off)", _set("p2p_scatter_gather")),
+    (r"pp_engine\s*=\s*1f1b", _set("schedule", "1f1b")),
+    (r"pp_engine\s*=\s*(?:afab|all-forward-all-backward)", _set("schedule", "gpipe")),
+    (r"interleaved 1f1b when vpp\s*>\s*1\b.*", _ok),  # the vpp column says whether it is interleaved
+    (r"num-distributed-optimizer-instances\s*=\s*(\d+)", _dist_opt_instances),
+    (r"outer-dp-sharding-strategy\s*=\s*(\w+)", _outer_dp),
+    (r"megatron-fsdp-main-(?:params|grads)-dtype\s*=\s*fp32", _ok),  # as trainsim's mixed precision
+    (r"expert-tensor-parallel-size\s*=\s*\d+", _ok),  # no experts (MoE rows are skipped before): a no-op
+    # attention kernels named by the framework's own flags
+    (r"attention-backend\s*=\s*flash", _attn("flash")),
+    (r"attention-backend\s*=\s*fused", _attn("cudnn")),
+    (r"attention-backend\s*=\s*(?:unfused|local)", _attn("unfused")),
+    (r"attention-backend\s*=\s*auto", _ok),
+    (r"nvte_fused_attn\s*=\s*0", _attn("flash", override=False)),  # TE without cuDNN attention: flash
+    (r"transformer-impl\s*=\s*local", _attn("unfused", override=False)),  # Megatron's own (unfused) attention
+    (r"transformer-impl\s*=\s*transformer_engine", _ok),
+    (r"executors\s*=.*\bsdpa\b.*", _sdpa),
+    # architecture flags (Megatron's)
+    (r"swiglu(?:\s*=\s*(true|false))?", _feature("mlp", "swiglu")),
+    (r"squared-relu(?:\s*=\s*(true|false))?", _feature("mlp", "relu2")),
+    (r"normalization\s*=\s*(rmsnorm|layernorm)", _feature("norm", lambda m: m.group(1))),
+    (r"position-embedding-type\s*=\s*(\w+)", _position),
+    (r"disable-bias-linear(?:\s*=\s*(true|false))?", _feature("bias", False)),
+    (r"untie-embeddings-and-output-weights(?:\s*=\s*(true|false))?", _feature("tied_embeddings", False)),
+    (r"(hidden|attention)-dropout\s*=\s*([\d.]+)", _dropout),
+    (r"qk-layernorm(?:\s*=\s*true)?", _note("qk-layernorm (two small norms) not modelled")),
+    (r"kv-channels\s*=\s*\d+", _ok),  # checked against hidden / heads in _row_job
+    (r"multi-latent-attention\s*=\s*true|(?:q|kv)-lora-rank.*|qk-head-dim.*|qk-pos-emb-head-dim.*|v-head-dim.*",
+     _skip(ARCH_MODELLED, "multi-latent attention (MLA)")),
+    (r"num-experts.*|moe-.*|moe_.*|ep a2a.*|.*deepep.*", _skip(MOE, "expert layers in other_settings")),
+    (r"mtp-num-layers\s*=\s*[1-9]\d*|mtp enabled.*|mtp: recipe default mtp_num_layers\s*=\s*[1-9].*",
+     _skip(SETTING, "multi-token prediction layers")),
+    (r"mtp-num-layers\s*=\s*0|mtp disabled.*", _ok),
+    # settings that change the step and are not expressible
+    (r"activation[_ ](?:cpu[_ ])?offload(?:ing)?\s*=\s*(?:true|on)|fine-grained-activation-offloading.*|"
+     r"offload-modules.*", _skip(SETTING, "activation offloading")),
+    (r"activation[_ ](?:cpu[_ ])?offload(?:ing)?\s*=\s*(?:false|off)", _ok),
+    (r"finetune\s*=\s*q?lora.*", _skip(SETTING, "LoRA/QLoRA fine-tuning (frozen base weights, adapters)")),
+    (r"packed\s*=\s*false", _skip(SETTING, "unpacked variable-length sequences (seq_len is only the maximum)")),
+    (r"packed\s*=\s*true|full finetune.*", _ok),
+    (r"decoder-(?:first|last)-pipeline-num-layers.*|account-for-(?:embedding|loss)-in-pipeline-split.*|"
+     r"pipeline-model-parallel-layout.*|pp_layout.*", _skip(SETTING, "uneven pipeline layout")),
+    (r"fp8-param-gather\s*=\s*true", _skip(SETTING, "FP8 parameter all-gather")),
+    (r"first-last-layers-bf16\s*=\s*true", _note("first and last layers in BF16 priced as FP8")),
+    # recognised, not modelled or without effect on the step: recorded (notes) or passed (_ok)
+    (r".*?\b(muon|shampoo|soap|lamb|adafactor|8-bit adamw?|adamw?)\b.*", _optimizer),
+    (r"(?:step|experiment)\s*=?\s*'.*", _ok),  # a row label: its settings are in the other columns and tokens
+    (r"cuda[-_ ]?graphs?.*", _note("CUDA graphs (launch overhead) not modelled")),
+    (r"torch\.compile(?:\s*=\s*true| on)|compiler\s*=\s*thunder", _note("torch.compile / Thunder (kernel "
+                                                                          "fusion) not modelled")),
+    (r"torch\.compile\s*=\s*false|compiler\s*=\s*eager|executors\s*=.*", _ok),
+    (r"pp comm overlap.*", _ok),  # trainsim overlaps pipeline send/recv with compute
+    (r"fused kernels|composer|\d+-batch benchmark runs|deterministic-mode.*|no-gradient-accumulation-fusion.*|"
+     r"calculate-per-token-loss.*|cross-entropy-loss-fusion.*|loss\s*=.*|mock-data.*|pytorch_cuda_alloc_conf.*|"
+     r"data backend.*|optimizer_batch_size.*|global batch \d+.*|phase-\d.*|tinystories data|\d+ train steps|"
+     r"torch profiler.*|torch \d.*|hf trainer.*|\d+\s*gb/s/gpu rdma|grad_accum\s*=\s*\d+|lbs\(.*|flash_attn.*|"
+     r"te_op_fuser.*|delay_wgrad_compute.*|cutedsl.*|kernels\s*=.*|recipe .*|fake balanced gate.*", _ok),
+]
+"""`other_settings` vocabulary, matched against each whole setting (lower case, leading '--' dropped), first
+match wins. A setting that matches nothing is a skip if it sounds like a strategy (_STRATEGY_WORDS), else it
+is recorded in the row's tags as not interpreted."""
+_COMPILED = [(re.compile(p), act) for p, act in _RULES]
+_STRATEGY_WORDS = re.compile(r"overlap|shard|offload|pipeline|parallel|recompute|checkpoint|\bzero\b|zero[-_ ]?\d|"
+                             r"fsdp|\bddp\b|expert|\bmoe\b|layout|schedul|interleav|fp8|float8|fp4|bucket|virtual|"
+                             r"\b[tpcesd]p\b|\bvpp\b")
+
+
+def _settings(text: str) -> _Settings:
+    """Read `other_settings`: ';'-separated settings, a run of '--flag --flag' split into its flags."""
+    st = _Settings()
+    for token in text.split(";"):
+        token = token.strip()
+        parts = re.split(r"\s+(?=--)", token) if token.startswith("--") else [token]
+        for part in parts:
+            t = part.strip().lower().removeprefix("--")
+            if not t:
+                continue
+            for pat, act in _COMPILED:
+                m = pat.fullmatch(t)
+                if m is not None:
+                    act(m, st)
+                    break
+            else:
+                if _STRATEGY_WORDS.search(t):
+                    raise RowSkip("setting not understood", f"other_settings '{part.strip()}'")
+                st.unknown.append(part.strip())
+    d = st.dropout
+    if d and all(v == 0 for v in d.values()) and len(d) == 2:
+        st.features["dropout"] = False
+    elif d and any(v == 0 for v in d.values()):
+        st.notes.append("dropout in only one place: priced as dropout on")
+    return st
+
+
+def _attention_backend(st: _Settings, notes: dict[str, str]) -> str | None:
+    if st.attention is not None:
+        notes["attention"] = "from other_settings (the framework's attention backend)"
+    return st.attention
+
+
+# --- the row -----------------------------------------------------------------------------------------------
+
 def row_job(row: dict[str, str]) -> RowJob | str:
-    """Build the job for one row, or return why it cannot be expressed."""
+    """Build the job for one row, or return why it cannot be expressed ("<category>: <detail>")."""
+    try:
+        return _row_job(row)
+    except RowSkip as exc:
+        return str(exc)
+
+
+def _row_job(row: dict[str, str]) -> RowJob:
     if row.get("case_kind", "train_iter") != "train_iter":
-        return f"case_kind '{row.get('case_kind')}' (per-layer timing) is not simulated"
+        raise RowSkip("case kind not simulated", f"'{row.get('case_kind')}' (per-layer timing)")
+    metric, measured = _measured(row)
+    if metric is None:
+        raise RowSkip("no measured outcome", "no iteration time, TFLOP/s, MFU or throughput")
     notes: dict[str, str] = {}
-    arch = (row.get("arch") or "").lower()
-    n_gpus = _int(row, "n_gpus")
-    gb = _int(row, "global_batch")
+    arch = _cell(row, "arch").lower()
+    n_gpus = _count(row, "n_gpus")
+    gb = _count(row, "global_batch")
     if not n_gpus or not gb:
-        return "n_gpus or global_batch missing"
-    model = _model(row, arch)
-    if isinstance(model, str):
-        return model
+        raise RowSkip("missing column", "n_gpus or global_batch")
+    name = _cell(row, "model_name")
+    if not _is_resnet(name) and (moe := _moe(row, arch)):
+        raise RowSkip(MOE, f"{moe}: not mapped yet (routing and expert parallelism are a separate issue)")
+    settings = _settings(_cell(row, "other_settings"))
+    model = _model(row, arch, settings, notes)
     cluster = _cluster(row, n_gpus, notes)
     if isinstance(cluster, str):
-        return cluster
-    dp, tp, pp = (_int(row, k) or 1 for k in ("dp", "tp", "pp"))
-    cp, ep, vpp = (_int(row, k) or 1 for k in ("cp", "ep", "vpp"))
+        raise RowSkip("GPU or cluster not expressible", cluster)
+    dp, tp, pp, cp, ep = (_count(row, k) or 1 for k in ("dp", "tp", "pp", "cp", "ep"))
+    vpp = _vpp(row, pp, notes)
     if dp * tp * pp * cp != n_gpus:
-        return f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n_gpus}"
-    sharding = (row.get("sharding") or "").lower()
+        raise RowSkip("parallel degrees", f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n_gpus}")
     strategy: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "global_batch": gb}
-    if "full_shard" in sharding:
-        strategy["fsdp"] = True
-    elif "shard_grad_op" in sharding:
-        strategy["zero"] = 2
-    elif "zero" in sharding:
-        m = re.search(r"zero[- ]?(?:stage)?\s*(\d)", sharding)
-        strategy["zero"] = int(m.group(1)) if m else 1
-    elif "distributed optimizer" in sharding:
-        strategy["zero"] = 1
-        notes["sharding"] = "not stated: distributed optimizer (ZeRO-1)"
-    sp = (row.get("seq_parallel") or "").lower()
-    if sp.startswith("yes"):
+    strategy.update(_sharding(_cell(row, "sharding"), dp, cluster.get("gpus_per_node") or 8, notes))
+    if settings.optimizer_instances > 1:  # Megatron's --num-distributed-optimizer-instances
+        if not strategy.get("zero") and not strategy.get("fsdp"):
+            raise RowSkip("sharding not expressible", f"{settings.optimizer_instances} distributed-optimizer "
+                          "instances without a distributed optimizer")
+        strategy.update(_replicas(settings.optimizer_instances, dp, _cell(row, "sharding")))
+    sp = _seq_parallel(_cell(row, "seq_parallel"), tp, bool(settings.tp_comm_overlap), notes)
+    if sp:
         strategy["sequence_parallel"] = True
-    elif "not stated" in sp and tp > 1:
-        strategy["sequence_parallel"] = True
-        notes["sequence_parallel"] = "not stated: on with TP (required by --tp-comm-overlap)"
-    strategy["recompute"] = _recompute(row.get("recompute") or "", notes)
-    other = (row.get("other_settings") or "").lower()
-    if "--overlap-param-gather" in other and strategy.get("zero"):
-        strategy["overlap_param_gather"] = True
-    if "--tp-comm-overlap" in other and tp > 1 and strategy.get("sequence_parallel"):
-        strategy["tp_comm_overlap"] = True
-    mb = _int(row, "micro_batch")
+    strategy["recompute"] = _recompute(_cell(row, "recompute"), notes)
+    sharded = bool(strategy.get("zero") or strategy.get("fsdp"))
+    if settings.overlap_param_gather:
+        if sharded:
+            strategy["overlap_param_gather"] = True
+        else:
+            notes["overlap_param_gather"] = "stated, but no sharded parameters to gather"
+    if settings.overlap_grad_reduce is not None:
+        strategy["overlap_grad_reduce"] = settings.overlap_grad_reduce
+    elif dp > 1 and "megatron" in (_cell(row, "source_group") + _cell(row, "source")).lower():
+        notes["overlap_grad_reduce"] = "not stated: trainsim's default (on)"
+    if settings.tp_comm_overlap:
+        if tp == 1:
+            notes["tp_comm_overlap"] = "stated with tp = 1: a no-op"
+        elif not sp:
+            raise RowSkip(SETTING, "TP communication overlap without sequence parallelism (Megatron needs both)")
+        else:
+            strategy["tp_comm_overlap"] = True
+    if settings.p2p_scatter_gather is not None:
+        strategy["p2p_scatter_gather"] = settings.p2p_scatter_gather
+    mb = _count(row, "micro_batch")
+    ga = _count(row, "grad_accum")
     if mb is None:
-        ga = _int(row, "grad_accum")
         if ga:
+            if gb % (dp * ga):
+                raise RowSkip("batch sizes", f"global_batch {gb} is not a multiple of dp x grad_accum = {dp * ga}")
             mb = gb // (dp * ga)
         else:
             mb = 1
             notes["micro_batch"] = "not stated: Megatron default 1"
+    elif ga and mb * dp * ga != gb:
+        raise RowSkip("batch sizes", f"micro_batch x dp x grad_accum = {mb * dp * ga} != global_batch {gb}")
     strategy["micro_batch"] = mb
     if vpp > 1:
         strategy["schedule"] = "interleaved"
+    elif settings.schedule is not None:
+        strategy["schedule"] = settings.schedule
     if gb % (mb * dp):
-        return f"global_batch {gb} is not a multiple of micro_batch x dp = {mb * dp}"
-    dtype = _dtype(row.get("precision") or "", row["gpu"])
-    if "fp8" in dtype and "h100" not in row["gpu"].lower():
-        return "fp8 on a GPU without fp8 tensor cores"
-    if model["name"] not in ("resnet50",):
-        model["attention"] = _attention(row, notes)
+        raise RowSkip("batch sizes", f"global_batch {gb} is not a multiple of micro_batch x dp = {mb * dp}")
+    dtype = _dtype(_cell(row, "precision"), row["gpu"], notes)
+    if model["name"] != "resnet50":
+        model["attention"] = _attention_backend(settings, notes) or _attention(row, notes)
+        kv_channels = re.search(r"kv-channels\s*=\s*(\d+)", _cell(row, "other_settings").lower())
+        if kv_channels and int(kv_channels.group(1)) * model["heads"] != model["hidden"]:
+            raise RowSkip(ARCH_MODELLED, f"kv-channels={kv_channels.group(1)}: head size other than hidden / heads")
+    if settings.notes:
+        notes["settings"] = "; ".join(dict.fromkeys(settings.notes))
+    if settings.unknown:
+        notes["other_settings"] = "not interpreted: " + "; ".join(settings.unknown)
     job = {"model": model, "cluster": cluster, "strategy": strategy, "simulation": {"dtype": dtype}}
-    metric, measured = _measured(row)
-    if metric is None:
-        return "no measured outcome (iteration time, TFLOP/s, MFU or throughput)"
     conv = convention_of(row.get("flops_convention") or "")
     shape = None
     if model["name"] != "resnet50":

@@ -7,7 +7,7 @@ silently: it is named in the config's `assumptions` (and so in the model's descr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -356,9 +356,12 @@ def hf_transformer_config(path: str | Path, seq_len: int | None = None, **dims: 
 
 
 def build_hf_model(path: str | Path, batch: int, seq_len: int | None = None, attention: str = "flash",
-                   **dims: int | None) -> Model:
-    """Instantiate the model a config.json describes for `batch` sequences (overrides as in the zoo)."""
-    cfg = hf_transformer_config(path, seq_len, **dims)
+                   features: Mapping[str, Any] | None = None, **dims: int | None) -> Model:
+    """Instantiate the model a config.json describes for `batch` sequences (overrides as in the zoo;
+    `features`: architecture features replaced, see zoo.with_features)."""
+    from .zoo import with_features
+
+    cfg = with_features(hf_transformer_config(path, seq_len, **dims), features)
     try:
         return build_transformer(cfg, batch, cfg.seq_len, attention)
     except ValueError as exc:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from ...errors import ConfigError
 from ..ir import Model
 from .cnn import CNN_MODELS, build_cnn
 from .dlrm import build_dlrm
-from .transformer import TRANSFORMERS, TransformerConfig, build_transformer
+from .transformer import FEATURES, TRANSFORMERS, TransformerConfig, build_transformer
 
 OTHER_MODELS = {
     "resnet50": "ResNet-50 v1.5 (torchvision), ImageNet 224x224",
@@ -26,8 +28,21 @@ def model_names() -> dict[str, str]:
     return out
 
 
-def transformer_config(name: str, **dims: int | None) -> TransformerConfig:
-    """A named transformer with any of layers/hidden/heads/kv_heads/ffn/vocab overridden."""
+def with_features(cfg: TransformerConfig, features: Mapping[str, Any] | None) -> TransformerConfig:
+    """`cfg` with architecture features (FEATURES: position, mlp, norm, bias, tied_embeddings, dropout)
+    replaced; None values keep the model's own. An unknown key is a KeyError (a programming error)."""
+    given = {k: v for k, v in (features or {}).items() if v is not None}
+    unknown = sorted(set(given) - set(FEATURES))
+    if unknown:
+        raise KeyError(f"unknown architecture feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")
+    if not given:
+        return cfg
+    return replace(cfg, **given)
+
+
+def transformer_config(name: str, features: Mapping[str, Any] | None = None, **dims: int | None) -> TransformerConfig:
+    """A named transformer with any of layers/hidden/heads/kv_heads/ffn/vocab overridden, and any of the
+    architecture `features` (position, mlp, norm, bias, tied_embeddings, dropout) replaced."""
     given = {k: v for k, v in dims.items() if v is not None}
     if name == "custom":
         missing = [k for k in ("layers", "hidden", "heads") if k not in given]
@@ -44,7 +59,7 @@ def transformer_config(name: str, **dims: int | None) -> TransformerConfig:
         fields["seq_len"] = int(given["seq_len"])
         if base.max_positions is not None:
             fields["max_positions"] = max(base.max_positions, int(given["seq_len"]))
-    cfg = replace(base, **fields)
+    cfg = with_features(replace(base, **fields), features)
     _check_heads(cfg, given)
     return cfg
 
@@ -69,11 +84,13 @@ def is_transformer(name: str) -> bool:
 
 
 def build_model(name: str, batch: int, seq_len: int | None = None, attention: str = "flash",
-                **dims: int | None) -> Model:
+                features: Mapping[str, Any] | None = None, **dims: int | None) -> Model:
     """Instantiate a model for `batch` samples (the global micro-batch across data-parallel ranks)."""
     if is_transformer(name):
-        cfg = transformer_config(name, seq_len=seq_len, **dims)
+        cfg = transformer_config(name, features, seq_len=seq_len, **dims)
         return build_transformer(cfg, batch, cfg.seq_len, attention)
+    if any(v is not None for v in (features or {}).values()):
+        raise KeyError(f"model.position/mlp/norm/... only apply to transformers, not {name}")
     if any(v is not None for v in dims.values()):
         raise KeyError(f"--layers/--hidden/... only apply to transformers, not {name}")
     if seq_len is not None and (name in CNN_MODELS or name == "dlrm"):
@@ -86,4 +103,4 @@ def build_model(name: str, batch: int, seq_len: int | None = None, attention: st
     raise KeyError(name)
 
 
-__all__ = ["TRANSFORMERS", "build_model", "model_names", "transformer_config"]
+__all__ = ["FEATURES", "TRANSFORMERS", "build_model", "model_names", "transformer_config", "with_features"]

@@ -6,6 +6,14 @@ Dimension names used throughout (the strategy splits these by name):
   f2 ffn-in features (2f for gated MLPs, else f), v vocabulary, e experts, c expert capacity.
 Saved tensors follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Transformer Models", section 4.1) so activation memory reproduces sbh(34 + 5as/h).
+
+Architecture features (TransformerConfig.mlp / position / norm, and model.* of a job):
+  mlp gelu: fc1 (h -> f), GeLU, fc2 (f -> h); swiglu: gated, fc1 (h -> 2f), SiLU x gate, fc2 (Llama);
+  relu2: fc1, squared ReLU max(x, 0)^2, fc2 - non-gated like gelu, two matrices (Nemotron, Primer).
+  position learned: a (positions x h) table added to the token embedding; rope: rotary q/k (an
+  element-wise pass over q, k); alibi: no position parameters, a per-head linear bias added to the
+  attention scores (BLOOM; Press et al. 2022) - inside a fused attention kernel it costs nothing
+  measurable, unfused it is one element-wise pass over the (a x s x t) score matrix.
 """
 
 from __future__ import annotations
@@ -19,6 +27,12 @@ from ..ir import Layer, Model, Module, Op, OpKind, SavedTensor
 NORM_FLOPS_PER_ELEM = 5.0  # mean, var, normalise, scale, shift
 SOFTMAX_FLOPS_PER_ELEM = 5.0
 LOSS_BYTES_PER_LOGIT = 30.0  # fp32 multi-pass cross-entropy (see _head)
+ACT_FLOPS_PER_ELEM = {"gelu": 8.0, "swiglu": 6.0, "relu2": 2.0}  # tanh-GeLU; SiLU x gate; max then square
+MLPS = tuple(ACT_FLOPS_PER_ELEM)
+POSITIONS = ("learned", "rope", "alibi")
+NORMS = ("layernorm", "rmsnorm")
+FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout")
+"""TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +49,8 @@ class TransformerConfig:
     seq_len: int
     kv_heads: int | None = None
     norm: str = "layernorm"  # layernorm | rmsnorm
-    mlp: str = "gelu"  # gelu | swiglu
-    position: str = "learned"  # learned | rope
+    mlp: str = "gelu"  # gelu | swiglu | relu2 (squared ReLU, non-gated)
+    position: str = "learned"  # learned | rope | alibi (bias on the attention scores, no parameters)
     bias: bool = True
     dropout: bool = True
     tied_embeddings: bool = True
@@ -74,6 +88,11 @@ class TransformerConfig:
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads
+
+    @property
+    def gated(self) -> bool:
+        """A gated MLP (SwiGLU): fc1 makes value and gate, 2f features."""
+        return self.mlp == "swiglu"
 
 
 def _norm(name: str, cfg: TransformerConfig, b: int, s: int) -> Op:
@@ -119,6 +138,11 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
                flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0, causal=cfg.causal,
                saved=(SavedTensor("q", ("b", "s", "o")), SavedTensor("k", ("b", "t", "kv"))),
                selective_recompute=True),
+        ]
+        if cfg.position == "alibi":  # scores + slope_a * (j - i): one add per score, nothing saved
+            ops.append(Op("alibi", OpKind.ELEMENTWISE, {"b": b, "a": a, "s": s, "t": s}, (("b", "a", "s", "t"),),
+                          ("b", "a", "s", "t"), flops_per_point=1.0, causal=cfg.causal, selective_recompute=True))
+        ops += [
             Op("softmax", OpKind.SOFTMAX, {"b": b, "a": a, "s": s, "t": s}, (("b", "a", "s", "t"),),
                ("b", "a", "s", "t"), flops_per_point=SOFTMAX_FLOPS_PER_ELEM, causal=cfg.causal,
                saved=(SavedTensor("probs", ("b", "a", "s", "t"), 2.0, selective_drop=True),),
@@ -144,16 +168,16 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
 
 def _mlp_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     h, f = cfg.hidden, cfg.ffn
-    f2 = 2 * f if cfg.mlp == "swiglu" else f
-    act_in = ("b", "s", "f2") if cfg.mlp == "swiglu" else ("b", "s", "f")
+    f2 = 2 * f if cfg.gated else f
+    act_in = ("b", "s", "f2") if cfg.gated else ("b", "s", "f")
     act_dims = {"b": b, "s": s, "f": f, "f2": f2}
     return [
-        Op("fc1", OpKind.MATMUL, {"b": b, "s": s, "h": h, "f2": f2} if cfg.mlp == "swiglu"
+        Op("fc1", OpKind.MATMUL, {"b": b, "s": s, "h": h, "f2": f2} if cfg.gated
            else {"b": b, "s": s, "h": h, "f": f}, (("b", "s", "h"),), act_in,
            weight=(act_in[-1], "h"), extra_params=f2 if cfg.has_mlp_bias else 0,
            saved=(SavedTensor("input", ("b", "s", "h")),)),
         Op("act", OpKind.ELEMENTWISE, act_dims, (act_in,), ("b", "s", "f"),
-           flops_per_point=8.0 if cfg.mlp == "gelu" else 6.0,
+           flops_per_point=ACT_FLOPS_PER_ELEM[cfg.mlp],
            saved=(SavedTensor("input", act_in),)),
         Op("fc2", OpKind.MATMUL, {"b": b, "s": s, "f": f, "h": h}, (("b", "s", "f"),), ("b", "s", "h"),
            weight=("h", "f"), extra_params=h if cfg.has_mlp_bias else 0,
@@ -164,7 +188,7 @@ def _mlp_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
 def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     """Top-k routed experts: router GEMM, dispatch (all-to-all when e is split), expert MLPs, combine."""
     h, f, e = cfg.hidden, cfg.ffn, cfg.experts
-    f2 = 2 * f if cfg.mlp == "swiglu" else f
+    f2 = 2 * f if cfg.gated else f
     c = max(1, int(round(b * s * cfg.top_k * cfg.capacity_factor / e)))
     tok = {"b": b, "s": s, "h": h}
     ex = {"e": e, "c": c, "h": h}
@@ -176,7 +200,8 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
         Op("expert_fc1", OpKind.MATMUL, {**ex, "f2": f2}, (("e", "c", "h"),), ("e", "c", "f2"),
            weight=("e", "f2", "h"), saved=(SavedTensor("input", ("e", "c", "h")),)),
         Op("expert_act", OpKind.ELEMENTWISE, {"e": e, "c": c, "f": f, "f2": f2}, (("e", "c", "f2"),),
-           ("e", "c", "f"), flops_per_point=6.0, saved=(SavedTensor("input", ("e", "c", "f2")),)),
+           ("e", "c", "f"), flops_per_point=ACT_FLOPS_PER_ELEM[cfg.mlp],
+           saved=(SavedTensor("input", ("e", "c", "f2")),)),
         Op("expert_fc2", OpKind.MATMUL, {**ex, "f": f}, (("e", "c", "f"),), ("e", "c", "h"),
            weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),)),
         Op("combine", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("e", "c", "h"),), ("b", "s", "h"),
@@ -221,6 +246,15 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
     return Layer("head", "head", ops, tied_to="embedding" if tied else None, tied_op="lm_head" if tied else None)
 
 
+def _check_features(cfg: TransformerConfig) -> None:
+    """mlp / position / norm must be ones the builder knows (a config from Python is not schema-checked)."""
+    for key, value, known in (("mlp", cfg.mlp, MLPS), ("position", cfg.position, POSITIONS),
+                              ("norm", cfg.norm, NORMS)):
+        if value not in known:
+            raise ConfigError(f"model.{key}", f"unknown {key} '{value}' for {cfg.name or 'the model'}",
+                              f"use one of {', '.join(known)}")
+
+
 def _check_size(cfg: TransformerConfig, seq_len: int) -> None:
     """The work bounds of trainsim.limits for a config from any source (built-in, --hf-config, Python)."""
     for key, value, limit in (("layers", cfg.layers, MAX_LAYERS), ("hidden", cfg.hidden, MAX_HIDDEN),
@@ -236,6 +270,7 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
                       attention: str = "flash") -> Model:
     """Instantiate the module tree for `batch` sequences of `seq_len` tokens."""
     s = seq_len or cfg.seq_len
+    _check_features(cfg)
     _check_size(cfg, s)
     if cfg.position == "learned" and cfg.max_positions and s > cfg.max_positions:
         raise ValueError(f"seq_len {s} exceeds {cfg.name}'s {cfg.max_positions} learned positions")
