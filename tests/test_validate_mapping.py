@@ -462,3 +462,16 @@ def test_job_model_features_reach_the_built_model() -> None:
 def test_an_unknown_feature_from_python_is_a_config_error() -> None:
     with pytest.raises(trainsim.ConfigError, match=r"^model\.mlp: unknown mlp 'geglu'"):
         build_transformer(replace(_cfg(), mlp="geglu"), 1)
+
+
+def test_nemo_recipes_run_tp_with_sp_and_comm_overlap() -> None:
+    """NeMo / Megatron-Bridge performance tables rarely state SP: their recipes run TP with SP and TP comm
+    overlap; a stated value wins, and other sources keep Megatron's default (SP off)."""
+    kw = {"tp": "2", "dp": "4", "seq_parallel": "not stated", "micro_batch": "1", "global_batch": "8"}
+    nemo = _job(source="NeMo 24.07 performance summary", **kw)
+    assert nemo.job["strategy"]["sequence_parallel"] and nemo.job["strategy"]["tp_comm_overlap"]
+    assert "tp_comm_overlap" in nemo.assumptions
+    stated = _strategy(source="NeMo 24.07 performance summary", **{**kw, "seq_parallel": "no"})
+    assert not stated.get("sequence_parallel") and not stated.get("tp_comm_overlap")
+    other = _strategy(**kw)
+    assert not other.get("sequence_parallel") and not other.get("tp_comm_overlap")

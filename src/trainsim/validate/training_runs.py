@@ -226,6 +226,12 @@ def _recompute(text: str, notes: dict[str, str]) -> str:
     raise RowSkip("recompute not understood", f"'{text}'")
 
 
+def _nemo_recipe(row: dict[str, str]) -> bool:
+    """A run from NVIDIA's NeMo / Megatron-Bridge performance tables (their recipes' settings apply)."""
+    text = " ".join(_cell(row, c) for c in ("source", "source_group", "other_settings")).lower()
+    return "nemo" in text or "megatron-bridge" in text
+
+
 def _seq_parallel(text: str, tp: int, tp_comm_overlap: bool, notes: dict[str, str]) -> bool:
     t = text.lower()
     if _unstated(t):
@@ -724,6 +730,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
             raise RowSkip("sharding not expressible", f"{settings.optimizer_instances} distributed-optimizer "
                           "instances without a distributed optimizer")
         strategy.update(_replicas(settings.optimizer_instances, dp, _cell(row, "sharding")))
+    if (settings.tp_comm_overlap is None and tp > 1 and _unstated(_cell(row, "seq_parallel").lower())
+            and _nemo_recipe(row)):
+        settings.tp_comm_overlap = True
+        notes["tp_comm_overlap"] = ("not stated: NeMo / Megatron-Bridge performance recipes run TP with sequence "
+                                    "parallelism and TP communication overlap (userbuffers)")
     sp = _seq_parallel(_cell(row, "seq_parallel"), tp, bool(settings.tp_comm_overlap), notes)
     if sp:
         strategy["sequence_parallel"] = True
