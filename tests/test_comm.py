@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from trainsim.cost.calibration import load_calibration
-from trainsim.cost.comm import COLLECTIVE_BASE_S, PROTOCOLS, CommParams, HierarchicalAlphaBeta, NcclComm
+from trainsim.cost.comm import (
+    COLLECTIVE_BASE_S,
+    PROTOCOLS,
+    CommParams,
+    HierarchicalAlphaBeta,
+    NcclComm,
+    tree_correction,
+)
 from trainsim.hardware.cluster import CLUSTERS, get_cluster
 from trainsim.strategy.mesh import DeviceMesh
 from trainsim.validate.collectives import collective_outcomes, parse_fabric
@@ -36,8 +43,10 @@ def nccl(cluster_name: str, nodes: int = 1, **kw: object) -> NcclComm:
 def test_large_single_node_all_reduce_is_the_simple_ring_formula(size: float) -> None:
     """2(n-1)/n S / B_eff + baseLat + 2(n-1) hops + the Simple pipeline fill, all from the parameters."""
     n, steps = 8, 14
-    bus_gbps = A100.levels[0].bandwidth_gbps * PARAMS.links["nvlink"].efficiency * PARAMS.simple.bw_factor
-    lat_us = PARAMS.launch_us + PARAMS.simple.base_ring_us + steps * PARAMS.links["nvlink"].ring_hop_us.simple
+    bus_gbps = (A100.levels[0].bandwidth_gbps * PARAMS.links["nvlink"].efficiency * PARAMS.simple.bw_factor
+                * PARAMS.simple.efficiency)
+    lat_us = (PARAMS.launch_us + PARAMS.simple.extra_us + PARAMS.simple.base_ring_us
+              + steps * (PARAMS.links["nvlink"].ring_hop_us.simple + PARAMS.simple.extra_hop_us))
     fill_s = steps * min(PARAMS.simple.window_bytes, size / n) / (bus_gbps * 1e9)
     expected = lat_us * 1e-6 + 2 * (n - 1) / n * size / (bus_gbps * 1e9) + fill_s
     choice = nccl("dgx-a100").choose("all_reduce", size, tuple(range(n)))
@@ -46,12 +55,15 @@ def test_large_single_node_all_reduce_is_the_simple_ring_formula(size: float) ->
 
 
 def test_forced_protocol_and_algorithm_follow_the_formula() -> None:
-    """NCCL_PROTO=LL, NCCL_ALGO=Ring on 4 GPUs: LL's latency and its capped quarter bandwidth."""
+    """NCCL_PROTO=LL, NCCL_ALGO=Ring on 4 GPUs: LL's latency and its capped share of the bandwidth."""
     comm = nccl("dgx-a100", protocols=("ll", "simple"), algorithms=("ring",))
     size, n = 64e3, 4
     nvl = PARAMS.links["nvlink"]
-    bus = min(300 * nvl.efficiency * PARAMS.ll.bw_factor, PARAMS.ll.max_busbw_single_node_gbps)
-    lat_us = PARAMS.launch_us + PARAMS.ll.base_ring_us + 2 * (n - 1) * nvl.ring_hop_us.ll
+    caps = PARAMS.ll.max_busbw_single_node_gbps
+    assert isinstance(caps, dict)
+    bus = min(300 * nvl.efficiency * PARAMS.ll.bw_factor, caps["a100"]) * PARAMS.ll.efficiency
+    lat_us = (PARAMS.launch_us + PARAMS.ll.extra_us + PARAMS.ll.base_ring_us
+              + 2 * (n - 1) * (nvl.ring_hop_us.ll + PARAMS.ll.extra_hop_us))
     choice = comm.choose("all_reduce", size, tuple(range(n)))
     assert choice.protocol == "ll"
     assert choice.time_s == pytest.approx(lat_us * 1e-6 + 2 * (n - 1) / n * size / (bus * 1e9), rel=1e-12)
@@ -143,7 +155,13 @@ def test_params_are_strict_and_dicts_are_parsed() -> None:
     with pytest.raises(ValidationError):
         CommParams.model_validate({"links": {"nvlink": PARAMS.links["nvlink"].model_dump()}})  # no pcie, ib
     with pytest.raises(ValueError):
-        NcclComm(A100, PARAMS, protocols=("ll",))  # Simple is always available
+        NcclComm(A100, PARAMS, protocols=("ll", "ll256"))
+    with pytest.raises(ValueError):
+        NcclComm(A100, PARAMS, algorithms=())
+    ll_only = NcclComm(A100, PARAMS, protocols=("LL",))  # NCCL_PROTO=LL: only LL for collectives
+    assert {ll_only.choose("all_reduce", 2.0**k, tuple(range(8))).protocol for k in range(3, 34)} == {"ll"}
+    two = get_cluster("dgx-a100", 2)  # LL128 does not cross InfiniBand here: NCCL falls back to Simple
+    assert NcclComm(two, PARAMS, protocols=("ll128",)).choose("all_reduce", 1e6, (0, 8)).protocol == "simple"
     from_dict = NcclComm(A100, load_calibration().comm)
     assert from_dict.time("all_reduce", 1e6, tuple(range(8))) == nccl("dgx-a100").time("all_reduce", 1e6,
                                                                                       tuple(range(8)))
@@ -170,9 +188,21 @@ ALL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "
        kind=st.sampled_from(ALL_COLLECTIVES), conc=st.integers(1, 4))
 def test_nccl_time_is_monotone_in_size(cg: tuple[NcclComm, tuple[int, ...]], a: float, b: float, kind: str,
                                        conc: int) -> None:
+    """Every option NCCL could run takes longer for more bytes; NCCL's choice may switch to a faster option
+    as the size grows (as measured curves dip at protocol switches), but never to one faster than the
+    fastest option was at the smaller size, and it is monotone while the choice stays."""
     comm, group = cg
     lo, hi = sorted((a, b))
-    assert 0 < comm.time(kind, lo, group, conc) <= comm.time(kind, hi, group, conc)
+    small, large = comm.options(kind, lo, group, conc), comm.options(kind, hi, group, conc)
+    by_name = {o[0][:2]: o[0].time_s for o in small}
+    for choice, _ in large:  # (p2p offers LL only up to NCCL_P2P_LL_THRESHOLD)
+        if choice[:2] in by_name:
+            assert by_name[choice[:2]] <= choice.time_s
+    t_lo, t_hi = comm.choose(kind, lo, group, conc), comm.choose(kind, hi, group, conc)
+    assert t_lo.time_s > 0
+    assert t_hi.time_s >= min(by_name.values())
+    if t_lo[:2] == t_hi[:2]:
+        assert t_lo.time_s <= t_hi.time_s
 
 
 @settings(max_examples=200, deadline=None)
@@ -274,3 +304,138 @@ def test_renamed_network_level_picks_its_fabric_constants() -> None:
     assert on_efa.choose("all_reduce", 1e9, group).algorithm == "tree"
     big = on_efa.time("all_reduce", 1e9, group) - on_ib.time("all_reduce", 1e9, group)
     assert big >= tree_gap_s - 1e-12  # the slower fabric pays its own tree hop latency (and efficiency)
+
+
+# -- NCCL's choice (its own estimate) and the calibrated time of that choice ------------------------
+
+def test_ring_all_reduce_sits_between_the_bus_bandwidth_bounds() -> None:
+    """A ring all-reduce moves 2(n-1)/n of the buffer through every GPU's link: never faster than that at the
+    NVLink line rate, and within the calibrated efficiency, NCCL's latency and the pipeline fill of it."""
+    size = 2.0**32
+    for n in (2, 4, 8):
+        comm = nccl("dgx-a100", protocols=("simple",), algorithms=("ring",))
+        t = comm.time("all_reduce", size, tuple(range(n)))
+        line_s = 2 * (n - 1) / n * size / (A100.levels[0].bandwidth_gbps * 1e9)
+        eff = PARAMS.links["nvlink"].efficiency * PARAMS.simple.efficiency
+        steps = 2 * (n - 1)
+        lat_s = 1e-6 * (PARAMS.launch_us + PARAMS.simple.extra_us + PARAMS.simple.base_ring_us
+                        + steps * (PARAMS.links["nvlink"].ring_hop_us.simple + PARAMS.simple.extra_hop_us))
+        fill_s = steps * PARAMS.simple.window_bytes / (A100.levels[0].bandwidth_gbps * eff * 1e9)
+        assert line_s < t <= line_s / eff + lat_s + fill_s + 1e-12
+        assert t == pytest.approx(line_s / eff + lat_s + fill_s, rel=1e-9)  # 2^32 / n exceeds the window
+
+
+def test_choice_is_the_minimum_of_nccls_estimates() -> None:
+    """NCCL picks by its own model; the returned time is the calibrated time of that option."""
+    for name, nodes in (("dgx-a100", 1), ("dgx-h100", 1), ("dgx-h100", 2), ("dgx-a100", 4)):
+        comm = nccl(name, nodes)
+        group = tuple(range(comm.cluster.world_size))
+        for k in range(3, 34, 2):
+            options = comm.options("all_reduce", 2.0**k, group)
+            picked = min(options, key=lambda o: o[1])[0]
+            assert comm.choose("all_reduce", 2.0**k, group) == picked
+
+
+@pytest.mark.parametrize(("name", "nodes"), [("dgx-a100", 1), ("dgx-h100", 1), ("dgx-a100", 2), ("dgx-h100", 2),
+                                             ("dgx-h100", 8), ("dgx-b200", 1)])
+def test_switch_points_move_to_heavier_protocols_as_size_grows(name: str, nodes: int) -> None:
+    """LL, then LL128, then Simple (NVLS and NVLS-tree run Simple): NCCL's choice never returns to a lighter
+    protocol, and latency-bound algorithms (ring/tree LL) give way to bandwidth-bound ones."""
+    comm = nccl(name, nodes)
+    group = tuple(range(comm.cluster.world_size))
+    order = {p: i for i, p in enumerate(PROTOCOLS)}
+    picks = [comm.choose("all_reduce", 2.0**k, group) for k in range(3, 35)]
+    ranks = [order[c.protocol] for c in picks]
+    assert ranks == sorted(ranks)
+    assert picks[0].protocol == "ll" and picks[-1].protocol == "simple"
+
+
+def test_h100_switches_from_ring_ll_to_nvls_where_nccls_estimates_cross() -> None:
+    """Analytic crossover on one H100 node: ring LL (baseLat + 14 hops, busBw/2 capped by llMaxBws, algbw =
+    busbw x 8/14) against NVLS (hwLat 25 us, 5/6 of the NVLink bandwidth)."""
+    h100 = get_cluster("dgx-h100")
+    comm = NcclComm(h100, PARAMS)
+    nvl = PARAMS.links["nvlink"]
+    link = h100.levels[0].bandwidth_gbps * nvl.efficiency
+    caps = PARAMS.ll.max_busbw_single_node_gbps
+    assert isinstance(caps, dict)
+    ll_lat = PARAMS.ll.base_ring_us + 14 * nvl.ring_hop_us.ll
+    ll_algbw = min(link * PARAMS.ll.bw_factor, caps["h100"]) * 8 / 14
+    nvls_algbw = link * PARAMS.nvls.nccl_ratio
+    cross = (PARAMS.nvls.hop_us - ll_lat) * 1e3 / (1 / ll_algbw - 1 / nvls_algbw)  # bytes
+    group = tuple(range(8))
+    assert comm.choose("all_reduce", cross * 0.98, group)[:2] == ("ring", "ll")
+    assert comm.choose("all_reduce", cross * 1.02, group)[:2] == ("nvls", "simple")
+    assert 2e5 < cross < 4e6  # NCCL hands H100 all-reduces to NVLS from about a megabyte
+
+
+def test_nccl_release_gates_algorithms_and_tables() -> None:
+    """NVLS from 2.17, NVLS-tree from 2.18; 2.18-2.22 tables (ring LL busBw/4, tree Simple hop 28 us)."""
+    one, two = tuple(range(8)), tuple(range(16))
+    assert nccl("dgx-h100", nccl_version="2.16.5").choose("all_reduce", 1e9, one).algorithm == "ring"
+    assert nccl("dgx-h100", nccl_version="2.17.1").choose("all_reduce", 1e9, one).algorithm == "nvls"
+    old = nccl("dgx-h100", 2, nccl_version="2.17.1")
+    assert "nvls_tree" not in {c.algorithm for c, _ in old.options("all_reduce", 1e9, two)}
+    assert "nvls_tree" in {c.algorithm for c, _ in nccl("dgx-h100", 2).options("all_reduce", 1e9, two)}
+    legacy = old.p
+    assert legacy.ll.bw_factor == 0.25 and legacy.links["nvlink"].tree_hop_us.simple == 28.0
+    assert legacy.simple.base_tree_us == 0.0 and legacy.nvls.hop_us == 23.0
+    assert nccl("dgx-h100", nccl_version="unknown (pip)").p == PARAMS  # no release read: current tables
+    assert nccl("dgx-h100", nccl_version="2.23.4").p == PARAMS
+
+
+def test_one_thread_driving_several_gpus_adds_their_serial_launches() -> None:
+    """nccl-tests -g 8: one thread launches the 8 ranks' kernels one after another."""
+    group = tuple(range(8))
+    for size in (8.0, 1e6, 1e9):
+        alone = nccl("dgx-a100").choose("all_reduce", size, group)
+        threaded = nccl("dgx-a100", gpus_per_thread=8).choose("all_reduce", size, group)
+        assert threaded[:2] == alone[:2]
+        assert threaded.time_s - alone.time_s == pytest.approx(7 * PARAMS.serial_launch_us * 1e-6, rel=1e-9)
+    with pytest.raises(ValueError):
+        nccl("dgx-a100", gpus_per_thread=0)
+
+
+def test_tree_correction_is_nccls_table_at_powers_of_two() -> None:
+    """NCCL's treeCorrectionFactor (tuning.cc) at 64 B x 2^i, interpolated in between, 1 from 512 MB."""
+    assert tree_correction("simple", 64 * 2**11) == pytest.approx(0.5)
+    assert tree_correction("ll", 64 * 2**12) == pytest.approx(0.4)
+    assert tree_correction("ll128", 64 * 2**16) == pytest.approx(0.8)
+    assert tree_correction("simple", 64 * 2**11.5) == pytest.approx(0.5)
+    assert tree_correction("ll", 64 * 2**12.5) == pytest.approx(0.4)
+    assert tree_correction("ll", 64 * 2**13.5) == pytest.approx(0.45)
+    assert tree_correction("simple", 8.0) == pytest.approx(0.9)
+    assert tree_correction("simple", 2.0**30) == 1.0
+
+
+def test_forced_algorithm_and_protocol_rows_are_honoured() -> None:
+    """A row's NCCL_ALGO / NCCL_PROTO restricts NCCL's choice as the environment variables do."""
+    with SUBSET.open(newline="") as f:
+        base = next(r for r in csv.DictReader(f) if r["source_id"] == "S16")
+    sizes = ("1048576", "67108864", "4294967296")
+    settings_ = {"NCCL_ALGO=Ring": ("ring", None), "NCCL_ALGO=Tree": ("tree", None),
+                 "NCCL_ALGO=NVLSTree": ("nvls_tree", "simple"), "NCCL_ALGO=Ring NCCL_PROTO=LL": ("ring", "ll"),
+                 "NCCL_PROTO=Simple": (None, "simple")}
+    rows = [dict(base, size_bytes=s, algo_proto_or_env=env) for env in settings_ for s in sizes]
+    outs = collective_outcomes(rows, load_calibration())
+    assert not [o for o in outs if o.skipped]
+    for o, r in zip(outs, rows, strict=True):
+        algo, proto = settings_[r["algo_proto_or_env"]]
+        assert algo is None or o.tags["algorithm"] == algo
+        assert proto is None or o.tags["protocol"] == proto
+    bad = collective_outcomes([dict(base, algo_proto_or_env="NCCL_ALGO=Pat")], load_calibration())
+    assert bad[0].skipped and "cannot honour" in bad[0].skipped
+
+
+def test_dgx_b200_preset_carries_the_datasheet_figures() -> None:
+    """DGX B200: NVLink5 900 GB/s per direction per GPU, 8x 400 Gb/s ConnectX-7; B200 dense BF16 2.25 PF,
+    FP8 4.5 PF, 180 GB HBM3e at 8 TB/s (NVIDIA DGX B200 / HGX datasheets); NVLS runs there, with Blackwell's
+    LL cap (llMaxBws 2 x 141 GB/s)."""
+    b200 = get_cluster("dgx-b200")
+    assert (b200.levels[0].bandwidth_gbps, b200.nics_per_node, b200.nic_gbps) == (900.0, 8, 50.0)
+    dev = b200.device
+    assert (dev.peak_tflops["bf16"], dev.peak_tflops["fp8"], dev.hbm_gbps) == (2250.0, 4500.0, 8000.0)
+    comm = NcclComm(b200, PARAMS)
+    assert comm.choose("all_reduce", 1e9, tuple(range(8))).algorithm == "nvls"
+    assert comm._single_node_cap(PARAMS.ll) == 282.0
+    assert NcclComm(get_cluster("dgx1-v100"), PARAMS)._single_node_cap(PARAMS.ll) == 39.0

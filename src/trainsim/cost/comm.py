@@ -1,23 +1,35 @@
 """Communication cost models: NCCL's own tuned model (`NcclComm`) and hierarchical alpha-beta.
 
-`NcclComm` prices a collective the way NCCL's tuner does (NVIDIA/nccl src/graph/tuning.cc,
-`ncclTopoTuneModel` / `ncclTopoGetAlgoTime`, NCCL 2.18-2.21): every (algorithm, protocol) pair
-NCCL could run gets a predicted time and the fastest wins,
+`NcclComm` prices a collective in two steps, as NCCL runs it (NVIDIA/nccl src/graph/tuning.cc,
+`ncclTopoTuneModel` / `ncclTopoGetAlgoTime`):
 
-  time = launch + baseLat[algo][proto] + sum over the hops of hwLat[link][algo][proto]
-         + bytes over the bottleneck / (link bandwidth x protocol efficiency) + pipeline fill
+1. Choice. NCCL's own estimate, latency + bytes / bandwidth, with NCCL's tables (2.23+, or the
+   2.18-2.22 ones for `nccl_version` < 2.23: `CommParams.before_2_23`), is computed for every
+   (algorithm, protocol) NCCL would enable, and the smallest wins:
+     latency = baseLat[algo][proto] + hop latencies (hwLat[link][algo][proto]; nInterSteps of a
+               ring across nodes, 2 log2(nodes) tree levels, max(hop, net overhead) inside nodes
+               of a multi-node ring, x1.4 plateau for a multi-node Simple ring all-reduce)
+     bandwidth = link bandwidth x NCCL's factor (ring LL 1/2 capped by llMaxBws, LL128 0.92, tree
+               0.92 with LL 1/3.8 and LL128 120/128 and treeCorrectionFactor, NVLS 5/6)
+   NVLS needs NVSwitch gen3+ (H100/H200/B200) and NCCL >= 2.17, NVLS-tree >= 2.18; tree and
+   NVLS-tree are multi-node all-reduce algorithms. NCCL_ALGO / NCCL_PROTO-like restrictions
+   (`algorithms`, `protocols`) remove options as NCCL's enable masks do.
+2. Time. The chosen option is timed with the same latencies plus the calibrated extras:
+     time = launch (+ serial launches of a thread's further GPUs) + the protocol's extra latency
+            + latency + bytes / (bandwidth x measured efficiencies) + pipeline fill
+   where the fill is the first chunk crossing every step before data streams: steps x min(window,
+   bytes per rank) / bandwidth (per protocol, per network link, and for NVLS).
+So the switch points are NCCL's, and the time is what was measured for the algorithm NCCL runs.
 
 Algorithms: ring (every collective; a ring across nodes sends the same bytes out of every node
 as out of every rank, so it is bounded by each node's NICs, i.e. by each rank's rail NIC), tree
 (all-reduce across nodes: a chain inside each node, NCCL's double binary tree across nodes),
-NVLS (in-switch all-reduce, NVSwitch gen3+ only: H100/H200/B200 nodes) and NVLS-tree (NVLS inside
-the node, tree across nodes). Protocols: LL (8-byte flag+data stores: lowest latency, 1/4 of the
-bandwidth, capped per GPU), LL128 (128-byte lines: most of the bandwidth, over NVLink), Simple
-(full bandwidth, highest latency; data moves in chunks, so a pipeline of `nsteps` hops must fill
-before it streams: steps x min(window, bytes per rank) / bandwidth, NVLS likewise). Point-to-point
-traffic (send/recv, all-to-all) uses NCCL's p2p path: Simple, or LL up to NCCL_P2P_LL_THRESHOLD.
-Which link types allow which protocols, and every constant, come from `CommParams` (the `comm:`
-section of the calibration file).
+NVLS (in-switch all-reduce) and NVLS-tree (NVLS inside the node, tree across nodes). Protocols:
+LL (8-byte flag+data stores: lowest latency, a fraction of the bandwidth, capped per GPU), LL128
+(128-byte lines), Simple (full bandwidth, highest latency). Point-to-point traffic (send/recv,
+all-to-all) uses NCCL's p2p path: Simple, or LL up to NCCL_P2P_LL_THRESHOLD. Which link types allow
+which protocols, and every constant, come from `CommParams` (the `comm:` section of the
+calibration file, where each is marked NCCL's value or fitted).
 
 Bandwidths: NVLink per GPU (the cluster's intra-node level x the link efficiency); across nodes
 each GPU reaches the network through its own rail NIC (NICs shared where a node has fewer NICs
@@ -39,6 +51,7 @@ rank sends to the next one at once). Ranks are numbered node-major.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -54,6 +67,8 @@ COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "a
                                 "reduce", "send_recv")
 PROTOCOLS: tuple[str, ...] = ("ll", "ll128", "simple")
 ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls", "nvls_tree", "p2p")
+ALGORITHM_ALIASES = MappingProxyType({"nvlstree": "nvls_tree", "nvls-tree": "nvls_tree"})
+"""NCCL_ALGO spellings -> `ALGORITHMS` names (NCCL writes NVLSTree)."""
 
 LINK_TYPES = MappingProxyType({
     "nvswitch": "nvlink", "nvlink": "nvlink", "intra-node": "nvlink",
@@ -94,6 +109,11 @@ class LinkParams(_Strict):
     efficiency: float = Field(gt=0, le=1.5, description="Simple-protocol bandwidth / the level's bandwidth")
     ring_hop_us: PerProtocol
     tree_hop_us: PerProtocol
+    nvls_tree_hop_us: float | None = Field(None, ge=0, description="NVLS-tree hop over this network "
+                                           "(NCCL hwLat[NET][NVLSTree]; None: the tree Simple hop)")
+    window_bytes: PerProtocol | None = Field(None, description="bytes per GPU a hop across this network "
+                                             "holds in flight before data streams, per protocol (None: the "
+                                             "protocol's own window)")
     protocols: tuple[str, ...] = PROTOCOLS
     source: str = ""
 
@@ -110,10 +130,19 @@ class ProtocolParams(_Strict):
 
     base_ring_us: float = Field(ge=0)
     base_tree_us: float = Field(ge=0)
-    bw_factor: float = Field(gt=0, le=1, description="bandwidth / Simple's bandwidth over the same links")
-    max_busbw_single_node_gbps: float | None = Field(None, gt=0, description="per-GPU cap inside one node")
-    max_busbw_multi_node_gbps: float | None = Field(None, gt=0, description="per-GPU cap across nodes")
+    bw_factor: float = Field(gt=0, le=1, description="ring bandwidth / Simple's bandwidth over the same links")
+    tree_bw_factor: float | None = Field(None, gt=0, le=1, description="the same for tree (None: bw_factor)")
+    max_busbw_single_node_gbps: float | dict[str, float] | None = Field(
+        None, description="per-GPU cap inside one node: GB/s, or GB/s per device family ('default' for others)")
+    max_busbw_multi_node_gbps: float | None = Field(None, gt=0, description="per-GPU cap across 2 nodes")
+    max_busbw_many_nodes_gbps: float | None = Field(None, gt=0, description="per-GPU cap across > 2 nodes "
+                                                    "(None: the 2-node cap)")
     window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight per pipeline step (fill)")
+    efficiency: float = Field(1.0, gt=0, le=1.5, description="measured bandwidth / NCCL's model bandwidth of "
+                              "this protocol (the calibrated time only; NCCL's choice uses its own model)")
+    extra_us: float = Field(0.0, description="measured latency beyond NCCL's model of this protocol "
+                            "(the calibrated time only)")
+    extra_hop_us: float = Field(0.0, description="the same per pipeline step (ring step, tree level)")
     source: str = ""
 
 
@@ -125,9 +154,10 @@ class NvlsParams(_Strict):
     """
 
     device_families: tuple[str, ...] = ("h100", "h200", "b200")
-    hop_us: float = Field(23.0, ge=0, description="NCCL hwLat[NVLINK][NVLS][Simple]")
+    hop_us: float = Field(25.0, ge=0, description="NCCL hwLat[NVLINK][NVLS][Simple] (2.23; 23 before)")
     efficiency: float = Field(0.6, gt=0, le=1.5, description="all-reduce algbw / NVLink per-GPU bandwidth")
     window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight before NVLS streams")
+    nccl_ratio: float = Field(5 / 6, gt=0, le=1, description="NCCL tuning.cc: NVLS algBw = busBw x 5/6")
     source: str = ""
 
 
@@ -140,48 +170,109 @@ class P2PParams(_Strict):
     source: str = ""
 
 
+class LegacyTables(_Strict):
+    """Where an older NCCL's tuning tables differ from the current ones (`CommParams.before_2_23`)."""
+
+    ll_bw_factor: float = Field(0.25, gt=0, le=1, description="ring LL busBw factor")
+    ll_max_busbw_single_node_gbps: dict[str, float] = Field(default_factory=dict,
+                                                            description="LL per-GPU caps inside a node")
+    simple_base_tree_us: float = Field(0.0, ge=0, description="baseLat[Tree][Simple]")
+    tree_simple_hop_us: dict[str, float] = Field(default_factory=dict,
+                                                 description="hwLat[link][Tree][Simple] per link type")
+    nvls_hop_us: float | None = Field(None, ge=0, description="hwLat[NVLINK][NVLS][Simple]")
+    source: str = ""
+
+
 def _nccl_links() -> dict[str, LinkParams]:
-    """NCCL tuning.cc hwLat (NCCL 2.19) per link type; efficiencies from NCCL topo.h link rates."""
+    """NCCL tuning.cc hwLat (NCCL 2.23+) per link type; efficiencies from NCCL topo.h link rates."""
     nvl_ring = PerProtocol(ll=0.6, ll128=1.9, simple=3.4)
-    nvl_tree = PerProtocol(ll=0.6, ll128=1.25, simple=28.0)
+    nvl_tree = PerProtocol(ll=0.6, ll128=1.25, simple=4.0)
     pci_ring = PerProtocol(ll=1.0, ll128=2.5, simple=5.7)
-    pci_tree = PerProtocol(ll=1.0, ll128=1.9, simple=28.0)
+    pci_tree = PerProtocol(ll=1.0, ll128=1.9, simple=4.0)
     net_ring = PerProtocol(ll=2.7, ll128=4.0, simple=14.0)
-    net_tree = PerProtocol(ll=5.0, ll128=8.5, simple=28.0)
+    net_tree = PerProtocol(ll=5.0, ll128=8.5, simple=14.0)
     no_ll128 = ("ll", "simple")
+    net = {"ring_hop_us": net_ring, "tree_hop_us": net_tree, "nvls_tree_hop_us": 14.0}
     return {
         "nvlink": LinkParams(efficiency=0.8, ring_hop_us=nvl_ring, tree_hop_us=nvl_tree,
                              source="NCCL topo.h SM80_NVLINK_BW 20 GB/s of a 25 GB/s link; hwLat NVLINK"),
         "pcie": LinkParams(efficiency=1.0, ring_hop_us=pci_ring, tree_hop_us=pci_tree, protocols=no_ll128,
                            source="cluster PCIe/QPI levels already carry NCCL's effective rates; hwLat PCI"),
-        "infiniband": LinkParams(efficiency=0.9, ring_hop_us=net_ring, tree_hop_us=net_tree,
-                                 source="NCCL tuning.cc hwLat NET"),
-        "ethernet": LinkParams(efficiency=0.85, ring_hop_us=net_ring, tree_hop_us=net_tree,
-                               protocols=no_ll128,
+        "infiniband": LinkParams(efficiency=0.9, **net, source="NCCL tuning.cc hwLat NET; LL128 enabled "
+                                 "as NCCL enables it for GPU-direct NICs (Volta-Hopper)"),
+        "ethernet": LinkParams(efficiency=0.85, **net, protocols=no_ll128,
                                source="NCCL tuning.cc hwLat NET; LL128 needs GPU-direct NICs"),
-        "efa": LinkParams(efficiency=0.9, ring_hop_us=net_ring, tree_hop_us=net_tree, protocols=no_ll128,
+        "efa": LinkParams(efficiency=0.9, **net, protocols=no_ll128,
                           source="NCCL tuning.cc hwLat NET; LL128 needs GPU-direct NICs"),
-        "tcpxo": LinkParams(efficiency=0.9, ring_hop_us=net_ring, tree_hop_us=net_tree, protocols=no_ll128,
+        "tcpxo": LinkParams(efficiency=0.9, **net, protocols=no_ll128,
                             source="NCCL tuning.cc hwLat NET; LL128 needs GPU-direct NICs"),
     }
+
+
+def _nccl_before_2_23() -> LegacyTables:
+    """NCCL 2.18-2.22 tuning.cc where it differs from 2.23+."""
+    return LegacyTables(
+        ll_bw_factor=0.25, ll_max_busbw_single_node_gbps={"h100": 87.7, "h200": 87.7, "b200": 87.7},
+        simple_base_tree_us=0.0, nvls_hop_us=23.0,
+        tree_simple_hop_us={k: 28.0 for k in ("nvlink", "pcie", "infiniband", "ethernet", "efa", "tcpxo")},
+        source="NCCL 2.19 tuning.cc: ring LL busBw/4, llMaxBws Hopper N1 87.7, baseLat[Tree][Simple] 0, "
+        "hwLat[*][Tree][Simple] 28, hwLat[NVLINK][NVLS] 23")
 
 
 class CommParams(_Strict):
     """Every constant of `NcclComm` (the `comm:` section of the calibration file)."""
 
     launch_us: float = Field(0.0, ge=0, description="kernel launch + start per call, beyond NCCL's model")
+    serial_launch_us: float = Field(0.0, ge=0, description="host time per further GPU one thread drives "
+                                    "(nccl-tests -g N launches the N ranks' kernels one after another)")
     tree_efficiency: float = Field(0.92, gt=0, le=1, description="NCCL tuning.cc: tree busBw *= .92")
+    tree_many_nodes: float = Field(1.0, gt=0, le=1, description="tree / NVLS-tree bandwidth beyond 2 nodes "
+                                   "relative to 2 nodes (NCCL's per-channel tree caps, Hopper N4 / N2)")
+    tree_correction: bool = Field(True, description="apply NCCL's treeCorrectionFactor (medium sizes)")
+    net_overhead_us: float = Field(1.0, ge=0, description="NCCL getNetOverhead (x86 Intel): floor of every "
+                                   "ring step of a multi-node ring, x3 for Simple")
+    ring_plateau: float = Field(1.4, ge=1, description="NCCL: multi-node Simple ring all-reduce latency "
+                                "x1.4 (Ampere+; 1.9 on Volta) once a channel carries >= 64 B per rank")
+    channels: int = Field(16, ge=1, description="NCCL channels (nChannels) of the plateau threshold")
     links: dict[str, LinkParams] = Field(default_factory=_nccl_links)
-    ll: ProtocolParams = ProtocolParams(base_ring_us=6.6, base_tree_us=6.8, bw_factor=0.25,
-                                        max_busbw_single_node_gbps=87.7, max_busbw_multi_node_gbps=39.0,
-                                        source="NCCL tuning.cc baseLat, ring LL busBw/4, llMaxBws")
+    ll: ProtocolParams = ProtocolParams(base_ring_us=6.6, base_tree_us=6.8, bw_factor=0.5,
+                                        tree_bw_factor=1 / 3.8,
+                                        max_busbw_single_node_gbps={"v100": 39.0, "a100": 87.7, "h100": 141.0,
+                                                                    "h200": 141.0, "b200": 282.0,
+                                                                    "default": 87.7},
+                                        max_busbw_multi_node_gbps=39.0, max_busbw_many_nodes_gbps=20.4,
+                                        source="NCCL 2.23 tuning.cc baseLat, ring LL busBw/2, tree LL "
+                                        "busBw/3.8, llMaxBws (N1 per GPU generation, Intel N2 / N4)")
     ll128: ProtocolParams = ProtocolParams(base_ring_us=14.0, base_tree_us=14.0, bw_factor=0.92,
-                                           source="NCCL tuning.cc baseLat, ring LL128 busBw*0.92")
-    simple: ProtocolParams = ProtocolParams(base_ring_us=8.4, base_tree_us=0.0, bw_factor=1.0,
-                                            source="NCCL tuning.cc baseLat")
+                                           tree_bw_factor=120 / 128,
+                                           source="NCCL tuning.cc baseLat, ring LL128 busBw*0.92, "
+                                           "multi-node tree LL128 busBw*120/128")
+    simple: ProtocolParams = ProtocolParams(base_ring_us=8.4, base_tree_us=8.4, bw_factor=1.0,
+                                            source="NCCL 2.23 tuning.cc baseLat")
     nvls: NvlsParams = NvlsParams()
     p2p: P2PParams = P2PParams(base_us=8.4, efficiency=1.0, source="NCCL Simple ring base latency")
+    before_2_23: LegacyTables | None = Field(default_factory=_nccl_before_2_23,
+                                             description="tables of NCCL < 2.23 where they differ")
     source: str = ""
+
+    def for_release(self, version: tuple[int, ...] | None) -> CommParams:
+        """These constants as NCCL `version` had them (None: the current tables, i.e. unchanged)."""
+        old = self.before_2_23
+        if version is None or version >= (2, 23) or old is None:
+            return self
+        ll_cap = self.ll.max_busbw_single_node_gbps
+        if old.ll_max_busbw_single_node_gbps:
+            ll_cap = {**(ll_cap if isinstance(ll_cap, dict) else {"default": ll_cap} if ll_cap else {}),
+                      **old.ll_max_busbw_single_node_gbps}
+        links = {name: lp.model_copy(update={"tree_hop_us": lp.tree_hop_us.model_copy(
+                     update={"simple": old.tree_simple_hop_us[name]})}) if name in old.tree_simple_hop_us else lp
+                 for name, lp in self.links.items()}
+        return self.model_copy(update={
+            "links": links,
+            "ll": self.ll.model_copy(update={"bw_factor": old.ll_bw_factor, "max_busbw_single_node_gbps": ll_cap}),
+            "simple": self.simple.model_copy(update={"base_tree_us": old.simple_base_tree_us}),
+            "nvls": self.nvls if old.nvls_hop_us is None else self.nvls.model_copy(update={"hop_us": old.nvls_hop_us}),
+        })
 
     @model_validator(mode="after")
     def _needs_base_links(self) -> CommParams:
@@ -262,6 +353,37 @@ def _log2_ceil(n: int) -> int:
     return max(1, math.ceil(math.log2(n))) if n > 1 else 0
 
 
+# NCCL tuning.cc (2.19-2.21) treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B .. 256 MB: trees run
+# slower than NCCL's model at medium sizes, so NCCL scales their bandwidth by these factors.
+_TREE_CORRECTION = MappingProxyType({
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+})
+
+
+def tree_correction(protocol: str, size_bytes: float) -> float:
+    """NCCL's treeCorrectionFactor at `size_bytes`, linear in log2(size) between its power-of-two points.
+
+    NCCL looks the factor up by floor(log2(bytes / 64)), a step function whose rises would make a
+    tree's time drop where the size crosses a power of two; interpolating keeps every point NCCL uses
+    and makes the time monotone in size (the factor never rises faster than the size)."""
+    table = _TREE_CORRECTION[protocol]
+    x = math.log2(max(size_bytes, 64.0) / 64.0)
+    if x >= len(table) - 1:
+        return 1.0 if x >= len(table) else table[-1] + (1.0 - table[-1]) * (x - (len(table) - 1))
+    i = int(x)
+    return table[i] + (table[i + 1] - table[i]) * (x - i)
+
+
+def nccl_version_tuple(version: str | None) -> tuple[int, ...] | None:
+    """'2.17.1 + aws-ofi-nccl 1.5.0' -> (2, 17, 1); None where no NCCL version can be read."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    if m is None:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
 def _ring_steps(collective: str, n: int) -> tuple[int, float]:
     """(pipeline steps, bytes each rank sends / size) of a ring collective (nccl-tests busbw factors)."""
     if collective == "all_reduce":
@@ -277,32 +399,51 @@ class NcclComm:
 
     `params` is a `CommParams`, the `comm:` dict of a calibration file, or None for the packaged
     calibration. `protocols` / `algorithms` restrict the choice like NCCL_PROTO / NCCL_ALGO.
+    `nccl_version` ('2.17.1'; None = a current NCCL) gates what that release could run: NVLS from
+    2.17, NVLS-tree from 2.18. `gpus_per_thread` > 1 prices a caller whose one thread drives that
+    many GPUs (nccl-tests -g N): their kernels launch one after another.
     """
 
     cluster: Cluster
     params: CommParams | dict[str, Any] | None = None
     protocols: tuple[str, ...] = PROTOCOLS
     algorithms: tuple[str, ...] = ALGORITHMS
+    nccl_version: str | None = None
+    gpus_per_thread: int = 1
 
     def __post_init__(self) -> None:
         if self.params is None:
             self.params = CommParams.model_validate(load_calibration().comm)
         elif isinstance(self.params, dict):
             self.params = CommParams.model_validate(self.params)
+        self.protocols = tuple(p.lower() for p in self.protocols)
+        self.algorithms = tuple(ALGORITHM_ALIASES.get(a.lower(), a.lower()) for a in self.algorithms)
         bad = (set(self.protocols) - set(PROTOCOLS)) | (set(self.algorithms) - set(ALGORITHMS))
-        if bad or "simple" not in self.protocols:
-            raise ValueError(f"unknown protocol/algorithm {sorted(bad)} or 'simple' missing")
+        if bad or not self.protocols or not self.algorithms:
+            raise ValueError(f"unknown or no protocol/algorithm: {sorted(bad)}")
+        if self.gpus_per_thread < 1:
+            raise ValueError(f"gpus_per_thread must be >= 1, got {self.gpus_per_thread}")
 
-    @property
+    def _since(self, *release: int) -> bool:
+        version = nccl_version_tuple(self.nccl_version)
+        return version is None or version >= release
+
+    @cached_property
     def p(self) -> CommParams:
+        """The constants in force: the parameters as the NCCL release `nccl_version` had them."""
         assert isinstance(self.params, CommParams)
-        return self.params
+        return self.params.for_release(nccl_version_tuple(self.nccl_version))
 
     @cached_property
     def _nvls_capable(self) -> bool:
         intra = self.cluster.intra_node_levels
         return (len(intra) == 1 and intra[0].kind == "switch" and _link_type(intra[0], False) == "nvlink"
-                and device_family(self.cluster.device) in self.p.nvls.device_families)
+                and device_family(self.cluster.device) in self.p.nvls.device_families and self._since(2, 17))
+
+    def _launch_us(self, shape: _Shape) -> float:
+        """Host-side start of one call: launch, plus the serial launches of a thread's further GPUs."""
+        serial = min(self.gpus_per_thread, shape.per_node) - 1
+        return self.p.launch_us + max(0, serial) * self.p.serial_launch_us
 
     # -- public API ----------------------------------------------------------------------------
     def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float:
@@ -311,24 +452,37 @@ class NcclComm:
 
     def choose(self, collective: str, size_bytes: float, group: tuple[int, ...],
                concurrency: int = 1) -> CommChoice:
-        """The fastest (algorithm, protocol) NCCL's model would pick, with its time."""
+        """The (algorithm, protocol) NCCL's own tuning model picks (its fastest estimate among the
+        enabled options), with the calibrated time of that choice."""
+        options = self.options(collective, size_bytes, group, concurrency)
+        return min(options, key=lambda o: o[1])[0] if options else CommChoice("none", "none", 0.0)
+
+    def options(self, collective: str, size_bytes: float, group: tuple[int, ...],
+                concurrency: int = 1) -> list[tuple[CommChoice, float]]:
+        """Every (algorithm, protocol) NCCL could run for the call, as (calibrated choice, NCCL's estimate
+        in seconds), after NCCL_ALGO / NCCL_PROTO-like restrictions; empty for a trivial call.
+
+        Each option's calibrated time is monotone in size, so the chosen time never falls below the
+        fastest option at any smaller size; it can dip where NCCL's estimate switches to an option
+        that really is faster, as measured curves do."""
         if collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {collective}")
         ranks = tuple(dict.fromkeys(group))
         if len(ranks) <= 1 or size_bytes <= 0:
-            return CommChoice("none", "none", 0.0)
+            return []
         shape = self._shape(ranks, max(1, int(concurrency)), collective)
         if collective == "send_recv":
-            return self._send_recv(size_bytes, ranks, shape)
+            choice = self._send_recv(size_bytes, ranks, shape)
+            return [(choice, choice.time_s)]
         if collective == "all_to_all":
-            return self._all_to_all(size_bytes, shape)
+            choice = self._all_to_all(size_bytes, shape)
+            return [(choice, choice.time_s)]
         options = [self._ring(collective, size_bytes, shape, p) for p in self._protocols(shape)]
         if collective == "all_reduce" and shape.multi_node:
             options += [self._tree(size_bytes, shape, p) for p in self._protocols(shape)]
-        if collective == "all_reduce" and shape.nvls_gbps > 0:
+        if collective == "all_reduce" and shape.nvls_gbps > 0 and (not shape.multi_node or self._since(2, 18)):
             options.append(self._nvls(size_bytes, shape))
-        allowed = [o for o in options if o.algorithm in self.algorithms] or options
-        return min(allowed, key=lambda o: o.time_s)
+        return [o for o in options if o[0].algorithm in self.algorithms] or options
 
     def demand(self, collective: str, size_bytes: float, group: tuple[int, ...],
                concurrency: int = 1) -> tuple[float, dict[str, float]]:
@@ -350,11 +504,11 @@ class NcclComm:
                        nvls_gbps=math.inf if shape.nvls_gbps > 0 else 0.0)
         algo = choice.algorithm
         if algo == "ring":
-            latency = self._ring(collective, size_bytes, fast, choice.protocol).time_s
+            latency = self._ring(collective, size_bytes, fast, choice.protocol)[0].time_s
         elif algo == "tree":
-            latency = self._tree(size_bytes, fast, choice.protocol).time_s
+            latency = self._tree(size_bytes, fast, choice.protocol)[0].time_s
         elif algo in ("nvls", "nvls_tree"):
-            latency = self._nvls(size_bytes, fast).time_s
+            latency = self._nvls(size_bytes, fast)[0].time_s
         elif collective == "send_recv":
             latency = self._send_recv(size_bytes, ranks, fast).time_s
         else:
@@ -384,7 +538,7 @@ class NcclComm:
         if algo == "tree":
             net_scale = 0.5 if shape.nodes == 2 else 1.0
         elif algo in ("nvls", "nvls_tree"):
-            net_scale = (1.0 if shape.nodes == 2 else 2.0) / self.p.tree_efficiency
+            net_scale = (1.0 if shape.nodes == 2 else 2.0) / self._tree_efficiency(shape.nodes)
             on_node = False
             w["intra0:" + cl.intra_node_levels[0].name] = 1.0 / shape.nvls_gbps
         elif collective == "send_recv":
@@ -487,66 +641,121 @@ class NcclComm:
         links = [shape.intra_link] if shape.per_node > 1 else []
         if shape.multi_node:
             links.append(shape.net_link)
-        return [pr for pr in self.protocols if all(pr in self.p.link(k).protocols for k in links)]
+        usable = [pr for pr in self.protocols if all(pr in self.p.link(k).protocols for k in links)]
+        return usable or ["simple"]  # a forced protocol the links cannot run: NCCL falls back to Simple
 
-    def _proto_gbps(self, bus_gbps: float, protocol: str, multi_node: bool) -> float:
+    def _proto_gbps(self, bus_gbps: float, protocol: str, nodes: int, tree: bool = False) -> float:
+        """Bus bandwidth NCCL's model gives a protocol over links of `bus_gbps`: its factor and per-GPU caps."""
         pp = self.p.protocol(protocol)
-        cap = pp.max_busbw_multi_node_gbps if multi_node else pp.max_busbw_single_node_gbps
-        return min(bus_gbps * pp.bw_factor, cap if cap is not None else math.inf)
+        cap = (self._single_node_cap(pp) if nodes <= 1 else pp.max_busbw_multi_node_gbps if nodes == 2
+               else pp.max_busbw_many_nodes_gbps or pp.max_busbw_multi_node_gbps)
+        factor = pp.tree_bw_factor if tree and pp.tree_bw_factor is not None else pp.bw_factor
+        return min(bus_gbps * factor, cap if cap is not None else math.inf)
+
+    def _single_node_cap(self, pp: ProtocolParams) -> float | None:
+        cap = pp.max_busbw_single_node_gbps
+        if isinstance(cap, dict):
+            return cap.get(device_family(self.cluster.device), cap.get("default"))
+        return cap
 
     def _hop_us(self, link: str, tree: bool, protocol: str) -> float:
         lp = self.p.link(link)
         return (lp.tree_hop_us if tree else lp.ring_hop_us).of(protocol)
 
+    def _tree_efficiency(self, nodes: int) -> float:
+        return self.p.tree_efficiency * (self.p.tree_many_nodes if nodes > 2 else 1.0)
+
+    def _net_window(self, shape: _Shape, protocol: str) -> float:
+        """Pipeline window of a hop across the group's network (the protocol's own where unset)."""
+        w = self.p.link(shape.net_link).window_bytes
+        return w.of(protocol) if w is not None else self.p.protocol(protocol).window_bytes
+
     def _fill_s(self, window_bytes: float, steps: float, piece_bytes: float, gbps: float) -> float:
         """Pipeline fill: the first chunk (<= the window) crosses every step before data streams."""
         return steps * min(window_bytes, piece_bytes) / (gbps * 1e9)
 
-    # -- algorithms ----------------------------------------------------------------------------
-    def _ring(self, collective: str, size: float, shape: _Shape, protocol: str) -> CommChoice:
+    # -- algorithms: each returns (the calibrated time of the option, NCCL's own estimate of it) ------
+    def _ring(self, collective: str, size: float, shape: _Shape, protocol: str) -> tuple[CommChoice, float]:
+        """NCCL ring: nsteps hops, nInterSteps of them across nodes (tuning.cc), each hop at its link's
+        latency; across nodes every hop costs at least NCCL's network post overhead, and a Simple
+        all-reduce ring pays NCCL's plateau factor once each channel carries >= 64 B per rank."""
         n = shape.n
         steps, factor = _ring_steps(collective, n)
-        inter = steps * shape.nodes / n if shape.multi_node else 0.0  # ring edges that leave a node
-        bus = self._proto_gbps(min(shape.intra_gbps, shape.node_net_gbps), protocol, shape.multi_node)
+        inter = 0
+        if shape.multi_node:  # NCCL nInterSteps
+            inter = min(steps, 2 * (shape.nodes - 1) if collective == "all_reduce" else shape.nodes - 1
+                        if collective in ("all_gather", "reduce_scatter") else shape.nodes)
+        bus = self._proto_gbps(min(shape.intra_gbps, shape.node_net_gbps), protocol, shape.nodes)
         pp = self.p.protocol(protocol)
-        lat_us = (pp.base_ring_us + (steps - inter) * self._hop_us(shape.intra_link, False, protocol)
-                  + inter * self._hop_us(shape.net_link, False, protocol))
+        intra_hop = self._hop_us(shape.intra_link, False, protocol)
+        if shape.multi_node:
+            intra_hop = max(intra_hop, self.p.net_overhead_us * (3.0 if protocol == "simple" else 1.0))
+        # one GPU per node leaves every hop's latency exposed: NCCL (2.23+) prices it as a tree hop
+        net_hop = self._hop_us(shape.net_link, shape.per_node == 1, protocol)
+        lat_us = pp.base_ring_us + (steps - inter) * intra_hop + inter * net_hop
+        if (shape.multi_node and collective == "all_reduce" and protocol == "simple"
+                and size / (self.p.channels * n) >= 64):
+            lat_us *= self.p.ring_plateau
+        nccl_s = lat_us * 1e-6 + factor * size / (bus * 1e9)
+        bus *= pp.efficiency
         piece = size if collective in ("broadcast", "reduce") else size / n
-        fill = self._fill_s(pp.window_bytes, steps, piece, bus)
-        t = (self.p.launch_us + lat_us) * 1e-6 + factor * size / (bus * 1e9) + fill
-        return CommChoice("ring", protocol, t)
+        fill = (self._fill_s(pp.window_bytes, steps - inter, piece, bus)
+                + self._fill_s(self._net_window(shape, protocol), inter, piece, bus))
+        extra_us = pp.extra_us + steps * pp.extra_hop_us
+        t = (self._launch_us(shape) + extra_us + lat_us) * 1e-6 + factor * size / (bus * 1e9) + fill
+        return CommChoice("ring", protocol, t), nccl_s
 
-    def _tree(self, size: float, shape: _Shape, protocol: str) -> CommChoice:
-        """NCCL tree all-reduce: a chain inside each node, a double binary tree across nodes."""
+    def _tree(self, size: float, shape: _Shape, protocol: str) -> tuple[CommChoice, float]:
+        """NCCL tree all-reduce: a chain inside each node, a double binary tree across nodes.
+
+        NCCL's treeCorrectionFactor scales the streaming bandwidth at medium sizes; the pipeline fill
+        moves whole chunks at the uncorrected rate (so the time stays monotone in size)."""
         k, m = shape.per_node, shape.nodes
         chain = shape.intra_gbps if k > 1 else math.inf
         net = shape.node_net_gbps * (2.0 if m == 2 else 1.0)  # a node of a 2-node tree forwards S, else 2S
-        bus = self._proto_gbps(min(chain, net) * self.p.tree_efficiency, protocol, True)
-        depth = (k - 1) + _log2_ceil(m)
-        lat_us = self.p.protocol(protocol).base_tree_us + 2 * (
-            (k - 1) * self._hop_us(shape.intra_link, True, protocol)
-            + _log2_ceil(m) * self._hop_us(shape.net_link, True, protocol))
-        fill = self._fill_s(self.p.protocol(protocol).window_bytes, 2 * depth, size, bus)
-        t = (self.p.launch_us + lat_us) * 1e-6 + size / (bus / 2 * 1e9) + fill
-        return CommChoice("tree", protocol, t)
+        bus = self._proto_gbps(min(chain, net) * self._tree_efficiency(m), protocol, m, tree=True)
+        stream = bus * (tree_correction(protocol, size) if self.p.tree_correction else 1.0)
+        pp = self.p.protocol(protocol)
+        lat_us = pp.base_tree_us + 2 * ((k - 1) * self._hop_us(shape.intra_link, True, protocol)
+                                        + _log2_ceil(m) * self._hop_us(shape.net_link, True, protocol))
+        nccl_s = lat_us * 1e-6 + size / (stream / 2 * 1e9)
+        bus *= pp.efficiency
+        stream *= pp.efficiency
+        fill = (self._fill_s(pp.window_bytes, 2 * (k - 1), size, bus)
+                + self._fill_s(self._net_window(shape, protocol), 2 * _log2_ceil(m), size, bus))
+        extra_us = pp.extra_us + 2 * ((k - 1) + _log2_ceil(m)) * pp.extra_hop_us
+        t = (self._launch_us(shape) + extra_us + lat_us) * 1e-6 + size / (stream / 2 * 1e9) + fill
+        return CommChoice("tree", protocol, t), nccl_s
 
-    def _nvls(self, size: float, shape: _Shape) -> CommChoice:
-        """NVLS all-reduce inside the node (NVLS-tree across nodes); Simple protocol only."""
-        algbw = shape.nvls_gbps
-        lat_us = self.p.nvls.hop_us
+    def _nvls(self, size: float, shape: _Shape) -> tuple[CommChoice, float]:
+        """NVLS all-reduce inside the node (NVLS-tree across nodes); Simple protocol only.
+
+        NCCL's estimate: busBw = min(NVLink, network (halved beyond 2 nodes)) x 5/6 (tuning.cc); the
+        calibrated time uses the switch's measured all-reduce rate (`NvlsParams.efficiency`)."""
+        q = self.p.nvls
+        algbw, nccl_gbps = shape.nvls_gbps, shape.intra_gbps
+        lat_us = q.hop_us
         name = "nvls"
+        fill = self._fill_s(q.window_bytes, 1, size, algbw)
         if shape.multi_node:
             name = "nvls_tree"
-            net_gbps = shape.node_net_gbps * (1.0 if shape.nodes == 2 else 0.5) * self.p.tree_efficiency
+            net_gbps = shape.node_net_gbps * (1.0 if shape.nodes == 2 else 0.5)
+            nccl_gbps = min(nccl_gbps, net_gbps)
+            net_gbps *= self._tree_efficiency(shape.nodes)
             algbw = min(algbw, net_gbps)
-            lat_us += 2 * _log2_ceil(shape.nodes) * self._hop_us(shape.net_link, True, "simple")
-        fill = self._fill_s(self.p.nvls.window_bytes, 2 * _log2_ceil(shape.nodes) + 1, size, algbw)
-        return CommChoice(name, "simple", (self.p.launch_us + lat_us) * 1e-6 + size / (algbw * 1e9) + fill)
+            link = self.p.link(shape.net_link)
+            hop = link.nvls_tree_hop_us if link.nvls_tree_hop_us is not None else link.tree_hop_us.simple
+            lat_us += 2 * _log2_ceil(shape.nodes) * hop
+            # the tree's hops across nodes each hold a Simple chunk in flight before data streams
+            fill += self._fill_s(self._net_window(shape, "simple"), 2 * _log2_ceil(shape.nodes), size, net_gbps)
+        nccl_s = lat_us * 1e-6 + size / (nccl_gbps * q.nccl_ratio * 1e9)
+        t = (self._launch_us(shape) + lat_us) * 1e-6 + size / (algbw * 1e9) + fill
+        return CommChoice(name, "simple", t), nccl_s
 
     def _p2p(self, size: float, transfer_s_at_simple: float, link: str) -> CommChoice:
         """NCCL p2p: Simple, or LL (at LL's bandwidth factor) up to NCCL_P2P_LL_THRESHOLD where faster."""
         q = self.p.p2p
-        protocols = ["simple"]
+        protocols = ["simple"]  # NCCL's p2p path always has Simple
         if size <= q.ll_threshold_bytes and "ll" in self.protocols:
             protocols.append("ll")
         options = [CommChoice("p2p", pr, (self.p.launch_us + q.base_us + self._hop_us(link, False, pr)) * 1e-6

@@ -4,7 +4,9 @@ Each row builds its own cluster from its columns: the GPU picks the preset (A100
 a100-80gb, H100 -> dgx-h100), n_nodes and gpus_per_node size it, and `inter_fabric` gives the
 network ("EFA 4x100G/node" -> 4 NICs of 12.5 GB/s on an EFA link). Where the source does not state
 the network the preset's NICs (one per GPU) are used and the outcome's tags say so. Sizes follow
-nccl-tests, which is also `NcclComm`'s convention; a forced NCCL_PROTO / NCCL_ALGO is honoured.
+nccl-tests, which is also `NcclComm`'s convention; a forced NCCL_PROTO / NCCL_ALGO is honoured, a
+stated NCCL release selects that release's tuning tables, and nccl-tests `-g N` (one thread driving N
+GPUs) adds their serial kernel launches.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ def _forced(text: str, key: str) -> tuple[str, ...] | None:
     return tuple(v.strip().lower() for v in m.group(1).split(",") if v.strip()) if m else None
 
 
+def gpus_per_thread(row: dict[str, str]) -> int:
+    """GPUs one host thread drives in the measurement: nccl-tests `-g N` (one process, N GPUs), else 1."""
+    m = re.search(r"(?:^|\s)-g\s*(\d+)", row.get("measurement_kind", ""))
+    return max(1, int(m.group(1))) if m else 1
+
+
 def _row_outcome(i: int, row: dict[str, str], calibration: Calibration) -> Outcome:
     sid = row.get("source_id", "").strip() or f"row{i}"
     coll = _COLLECTIVES.get(row.get("collective", "").strip().lower().replace("_", ""))
@@ -102,7 +110,8 @@ def _row_outcome(i: int, row: dict[str, str], calibration: Calibration) -> Outco
     protos = _forced(setting, "NCCL_PROTO") or ("ll", "ll128", "simple")
     algos = _forced(setting, "NCCL_ALGO") or ("ring", "tree", "nvls", "nvls_tree", "p2p")
     try:
-        comm = NcclComm(cluster, dict(calibration.comm), protocols=protos, algorithms=algos)
+        comm = NcclComm(cluster, dict(calibration.comm), protocols=protos, algorithms=algos,
+                        nccl_version=row.get("nccl_version") or None, gpus_per_thread=gpus_per_thread(row))
     except ValueError as exc:
         return skip(i, case_id, f"cannot honour '{setting}': {exc}", source=sid)
     choice = comm.choose(coll, size, tuple(range(cluster.world_size)))
