@@ -75,6 +75,10 @@ def test_fp8_runs_only_weighted_gemms_in_fp8_and_pays_for_the_casts() -> None:
     attn = attention_op(4, 16, 4096, 128, causal=True)
     for phase in ("fwd", "bwd"):
         assert m.op_time(attn, attn.dims, phase, H100, "fp8") == m.op_time(attn, attn.dims, phase, H100, "bf16")
+    scores = Op("scores", OpKind.BMM, {"b": 4, "a": 16, "s": 1024, "t": 1024, "d": 128},
+                (("b", "s", "a", "d"), ("b", "t", "a", "d")), ("b", "a", "s", "t"), flop_dims=("b", "a", "s", "t", "d"))
+    for phase in ("fwd", "bwd"):  # unfused attention's batched GEMMs: BF16, no casts
+        assert m.op_time(scores, scores.dims, phase, H100, "fp8") == m.op_time(scores, scores.dims, phase, H100, "bf16")
     norm = Op("ln", OpKind.NORM, {"b": 4, "s": 4096, "h": 4096}, (("b", "s", "h"),), ("b", "s", "h"))
     assert m.op_time(norm, norm.dims, "fwd", H100, "fp8") == m.op_time(norm, norm.dims, "fwd", H100, "bf16")
     gemm = gemm_op(8192, 8192, 8192)

@@ -173,8 +173,8 @@ class RooflineCompute:
         return min(1.0, eff)
 
     def op_time(self, op: Op, local: Mapping[str, float], phase: str, device: Device, dtype: str) -> float:
-        fp8 = dtype == "fp8"
-        if fp8 and not (op.kind == OpKind.MATMUL and op.weight is not None):
+        fp8 = dtype == "fp8" and op.kind == OpKind.MATMUL and op.weight is not None
+        if dtype == "fp8" and not fp8:
             dtype = "bf16"  # FP8 recipes run only weighted GEMMs in FP8
         peak = device.peak_flops(dtype)
         bwd = phase == "bwd"
