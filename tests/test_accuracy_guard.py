@@ -23,7 +23,7 @@ SUBSETS = [
     ("vtrain/ground_truth_multi.csv", 4, 9.5),
     ("vtrain/ground_truth_single.csv", 60, 9.5),
     ("@llmfoundry_rest.csv", 3, 10.0),
-    ("@torchtitan_runs.csv", 1, 16.0),
+    ("@torchtitan_runs.csv", 1, 14.0),
 ]
 
 

@@ -159,3 +159,45 @@ def test_validate_maps_the_attention_kernel(over: dict[str, str], kernel: str, n
     assert not isinstance(rj, str)
     assert rj.job["model"]["attention"] == kernel
     assert ("attention" in rj.assumptions) == noted
+
+
+def test_eager_pytorch_runs_rmsnorm_swiglu_rope_and_loss_as_kernel_chains() -> None:
+    """model.kernels: eager: each chained op moves EAGER_CHAINS' multiple of the fused op's bytes over as many
+    kernels; LayerNorm (one ATen kernel) and GEMMs are unchanged; a whole step gets slower, not faster."""
+    from trainsim.workload.zoo import TRANSFORMERS
+    from trainsim.workload.zoo.transformer import EAGER_CHAINS, build_transformer
+
+    cfg = TRANSFORMERS["llama3-8b"]
+    fused = build_transformer(cfg, 1, 2048)
+    eager = build_transformer(dataclasses.replace(cfg, kernels="eager"), 1, 2048)
+    m, p = _model(), CAL.compute_for(H100)
+    hbm = H100.hbm_gbps * 1e9 * p.hbm_efficiency
+    f_ops = {op.name: op for la in fused.layers if la.name == "layers.0" for op in la.ops}
+    e_ops = {op.name: op for la in eager.layers if la.name == "layers.0" for op in la.ops}
+    for name, chain in (("ln1", "rmsnorm"), ("act", "swiglu"), ("rope", "rope")):
+        f, e = f_ops[name], e_ops[name]
+        scale, launches = EAGER_CHAINS[chain]
+        assert e.launches == launches and m.kernels(e, "fwd") == launches
+        extra = m.op_time(e, e.dims, "fwd", H100, "bf16") - m.op_time(f, f.dims, "fwd", H100, "bf16")
+        assert extra == pytest.approx((scale - 1) * f.fwd_bytes() / hbm + (launches - 1) * p.kernel_overhead_s)
+    assert e_ops["qkv"] == f_ops["qkv"] and e_ops["attention"] == f_ops["attention"]
+    gpt = TRANSFORMERS["gpt2"]  # LayerNorm + GeLU: only the loss changes
+    g_f, g_e = build_transformer(gpt, 1, 1024), build_transformer(dataclasses.replace(gpt, kernels="eager"), 1, 1024)
+    changed = {op.name for a, b in zip(g_f.layers, g_e.layers, strict=True)
+               for op, op2 in zip(a.ops, b.ops, strict=True) if op != op2}
+    assert changed == {"loss"}
+
+    def step(kernels: str) -> float:
+        return trainsim.simulate(model={"name": "llama3-8b", "layers": 2, "seq_len": 4096, "kernels": kernels},
+                                 cluster="dgx-h100", nodes=1, strategy={"dp": 8, "global_batch": 8}).iteration_time_s
+
+    assert step("eager") > step("fused")
+
+
+@pytest.mark.parametrize(("setting", "kernels"), [("torch.compile = false", "eager"), ("torch.compile on", "fused"),
+                                                   ("", None)])
+def test_validate_reads_torch_compile(setting: str, kernels: str | None) -> None:
+    rj = row_job(_row(other_settings=setting, arch="Llama 3 (RMSNorm, SwiGLU, GQA, RoPE)", n_kv_heads="8",
+                      ffn_hidden="5632", vocab="32000"))
+    assert not isinstance(rj, str), rj
+    assert rj.job["model"].get("kernels") == kernels

@@ -257,7 +257,8 @@ def test_other_settings_that_change_the_step_skip(setting: str, category: str) -
 def test_other_settings_known_or_harmless_are_recorded() -> None:
     rj = _job(other_settings="LAMB optimizer; torch.compile=True; CUDA graphs on; composer; my favourite dataset")
     assert "lamb optimizer priced as Adam" in rj.assumptions["settings"]
-    assert "torch.compile" in rj.assumptions["settings"] and "CUDA graphs" in rj.assumptions["settings"]
+    assert "CUDA graphs" in rj.assumptions["settings"]
+    assert rj.job["model"]["kernels"] == "fused"  # torch.compile: fused kernels, as trainsim prices by default
     assert rj.assumptions["other_settings"] == "not interpreted: my favourite dataset"
     assert "settings" not in _job(other_settings="deterministic-mode=True; mock-data=True").assumptions
 

@@ -107,6 +107,11 @@ def simulate(
     ffn: Annotated[int | None, Opt(help="override/define FFN hidden size")] = None,
     vocab: Annotated[int | None, Opt(help="override/define vocabulary size")] = None,
     attention: Annotated[str | None, Opt(help="flash (FlashAttention-2) | flash3 | cudnn | triton | unfused")] = None,
+    kernels: Annotated[str | None, Opt(help="fused (Megatron/TE/torch.compile kernels) | eager (PyTorch eager: "
+                                            "RMSNorm, SwiGLU, RoPE and the loss as element-wise chains)")] = None,
+    mlp: Annotated[str | None, Opt(help="override the MLP: gelu | swiglu | relu2")] = None,
+    position: Annotated[str | None, Opt(help="override the position encoding: learned | rope | alibi")] = None,
+    norm: Annotated[str | None, Opt(help="override the norm: layernorm | rmsnorm")] = None,
     dtype: Annotated[str | None, Opt(help="auto (default: bf16 from Ampere on, fp16 on V100, fp32 on Pascal) | bf16 "
                                         "| fp16 | fp8 | tf32 | fp32")] = None,
     gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
@@ -132,7 +137,8 @@ def simulate(
     strategy_target, config_target = outs.add(dump_strategy, "--dump-strategy"), outs.add(dump_config, "--dump-config")
     flags: dict[str, Any] = {
         "model": {"name": model, "hf_config": str(hf_config) if hf_config is not None else None, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
-                  "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "attention": attention},
+                  "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "attention": attention, "kernels": kernels,
+                  "mlp": mlp, "position": position, "norm": norm},
         "cluster": {"name": cluster, "nodes": nodes, "gpu": gpu, "gpus_per_node": gpus_per_node,
                     "intra_node_gbps": intra_node_gbps, "nics_per_node": nics_per_node, "nic_gbps": nic_gbps,
                     "topology": topology, "bandwidth_gbps": _floats(bandwidth, "--bandwidth"),

@@ -60,6 +60,10 @@ class ModelSpec(_Strict):
     tied_embeddings: bool | None = Field(None, description="the LM head shares the embedding's weight")
     dropout: bool | None = Field(None, description="dropout after attention and MLP (hidden and attention "
                                  "dropout > 0)")
+    kernels: Literal["fused", "eager"] | None = Field(
+        None, description="fused (Megatron, Transformer Engine or torch.compile kernels; the default) or eager "
+        "(PyTorch eager mode: RMSNorm, SwiGLU, rotary embedding and the loss run as chains of element-wise "
+        "kernels)")
 
 
 class ClusterSpec(_Strict):

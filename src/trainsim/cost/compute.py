@@ -208,17 +208,19 @@ class RooflineCompute:
             kernels = self.kernels(op, phase, local)
             if _torch_softmax(op, local):
                 bytes_ *= _UNFUSED_SOFTMAX["bwd" if bwd else "fwd"][1]
+            bytes_ *= op.traffic  # an eager chain re-reads and re-writes its tensor per kernel
             t = max(bytes_ / hbm, flops / device.peak_flops("fp32"))
         return t + kernels * self.params.kernel_overhead_s
 
     def kernels(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> int:
         """CUDA kernels one op launches in a phase (a weighted op's backward is dgrad + wgrad; a
-        softmax whose shape Megatron's fused kernel rejects runs five PyTorch kernels)."""
+        softmax whose shape Megatron's fused kernel rejects runs five PyTorch kernels; an op built as
+        a PyTorch-eager chain launches `op.launches`)."""
         if phase == "bwd" and op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             return 2
         if _torch_softmax(op, local):
             return _UNFUSED_SOFTMAX["bwd" if phase == "bwd" else "fwd"][0]
-        return 1
+        return 1 if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM, OpKind.ATTENTION) else op.launches
 
     def host_time(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> float:
         """Framework (CPU) time to issue the op's kernels: bounds throughput when kernels are tiny."""

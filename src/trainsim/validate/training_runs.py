@@ -637,9 +637,9 @@ _RULES: list[tuple[str, Action]] = [
     (r".*?\b(muon|shampoo|soap|lamb|adafactor|8-bit adamw?|adamw?)\b.*", _optimizer),
     (r"(?:step|experiment)\s*=?\s*'.*", _ok),  # a row label: its settings are in the other columns and tokens
     (r"cuda[-_ ]?graphs?.*", _note("CUDA graphs (launch overhead) not modelled")),
-    (r"torch\.compile(?:\s*=\s*true| on)|compiler\s*=\s*thunder", _note("torch.compile / Thunder (kernel "
-                                                                          "fusion) not modelled")),
-    (r"torch\.compile\s*=\s*false|compiler\s*=\s*eager|executors\s*=.*", _ok),
+    (r"torch\.compile(?:\s*=\s*true| on)|compiler\s*=\s*thunder", _feature("kernels", "fused")),
+    (r"torch\.compile\s*=\s*false|compiler\s*=\s*eager", _feature("kernels", "eager")),
+    (r"executors\s*=.*", _ok),
     (r"pp comm overlap.*", _ok),  # trainsim overlaps pipeline send/recv with compute
     (r"fused kernels|composer|\d+-batch benchmark runs|deterministic-mode.*|no-gradient-accumulation-fusion.*|"
      r"calculate-per-token-loss.*|cross-entropy-loss-fusion.*|loss\s*=.*|mock-data.*|pytorch_cuda_alloc_conf.*|"

@@ -68,6 +68,8 @@ class Op:
     bwd_flops_factor: float = 2.0  # backward FLOPs / forward FLOPs (dgrad + wgrad = 2)
     # ATTENTION only: the fused kernel that runs it (flash = FlashAttention-2, flash3, cudnn, triton)
     kernel: str = "flash"
+    launches: int = 1  # kernels one phase of a non-GEMM op launches (> 1: an unfused PyTorch-eager chain)
+    traffic: float = 1.0  # HBM bytes its kernels move / (inputs read + output written once): > 1 for such chains
     # producer of each input: None = the previous op, an op name, or "@skip" (residual path)
     input_from: tuple[str | None, ...] = ()
 

@@ -31,7 +31,7 @@ ACT_FLOPS_PER_ELEM = {"gelu": 8.0, "swiglu": 6.0, "relu2": 2.0}  # tanh-GeLU; Si
 MLPS = tuple(ACT_FLOPS_PER_ELEM)
 POSITIONS = ("learned", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
-FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout")
+FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -54,6 +54,7 @@ class TransformerConfig:
     bias: bool = True
     dropout: bool = True
     tied_embeddings: bool = True
+    kernels: str = "fused"  # fused (Megatron / TE / torch.compile kernels) | eager (PyTorch eager op chains)
     causal: bool = True
     experts: int = 0  # >0: every layer's MLP is a mixture of experts
     top_k: int = 2
@@ -246,10 +247,32 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
     return Layer("head", "head", ops, tied_to="embedding" if tied else None, tied_op="lm_head" if tied else None)
 
 
+# PyTorch eager (no torch.compile, no fused kernels): an op of the fused model that eager PyTorch runs as a
+# chain of element-wise kernels -> (HBM bytes / the fused op's bytes, kernels per phase), counted from the
+# eager code: RMSNorm x.float(), pow(2), mean, +eps, rsqrt, x * r, .to(bf16), * weight (36 bytes per element
+# against the fused kernel's 4); SwiGLU silu(gate) then * up (10 against 6 bytes per output element);
+# rotary embedding x.float() as complex, * freqs, .type_as (20 against 4); cross-entropy logits.float(),
+# log_softmax, nll (14 against 2 bytes per logit). LayerNorm, GeLU, residual adds and dropout are single
+# kernels in eager PyTorch too.
+EAGER_CHAINS = {"rmsnorm": (9.0, 8), "swiglu": (10.0 / 6.0, 2), "rope": (5.0, 3), "loss": (7.0, 3)}
+KERNELS = ("fused", "eager")
+
+
+def _eager(op: Op, cfg: TransformerConfig) -> Op:
+    """The op as eager PyTorch runs it (more HBM traffic, more launches), or unchanged."""
+    key = ("rmsnorm" if op.kind == OpKind.NORM and cfg.norm == "rmsnorm" else
+           "swiglu" if op.name in ("act", "expert_act") and cfg.mlp == "swiglu" else
+           "rope" if op.name == "rope" else "loss" if op.kind == OpKind.LOSS else None)
+    if key is None:
+        return op
+    scale, launches = EAGER_CHAINS[key]
+    return replace(op, traffic=scale, launches=launches)
+
+
 def _check_features(cfg: TransformerConfig) -> None:
     """mlp / position / norm must be ones the builder knows (a config from Python is not schema-checked)."""
     for key, value, known in (("mlp", cfg.mlp, MLPS), ("position", cfg.position, POSITIONS),
-                              ("norm", cfg.norm, NORMS)):
+                              ("norm", cfg.norm, NORMS), ("kernels", cfg.kernels, KERNELS)):
         if value not in known:
             raise ConfigError(f"model.{key}", f"unknown {key} '{value}' for {cfg.name or 'the model'}",
                               f"use one of {', '.join(known)}")
@@ -277,6 +300,9 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     cfg_s = replace(cfg, seq_len=s)
     blocks = [_block(cfg_s, i, batch, s, attention) for i in range(cfg.layers)]
     root = Module(cfg.name, [_embedding(cfg_s, batch, s), Module("layers", list(blocks)), _head(cfg_s, batch, s)])
+    if cfg.kernels == "eager":
+        for layer in root.layers():
+            layer.ops = [_eager(op, cfg) for op in layer.ops]
     return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description,
                  assumptions=cfg.assumptions, hyper={
         "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,
