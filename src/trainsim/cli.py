@@ -94,6 +94,9 @@ def simulate(
     cp_comm: Annotated[str | None, Opt(help="context-parallel attention: p2p (ring, default) | all_gather")] = None,
     dp_replicate: Annotated[int | None, Opt(help="HSDP: replicas of each FSDP/ZeRO sharding group "
                                                  "(shard over dp / dp_replicate ranks)")] = None,
+    first_stage_layers: Annotated[int | None, Opt(help="uneven pipeline: layers on the first stage (Megatron "
+                                                       "--decoder-first-pipeline-num-layers)")] = None,
+    last_stage_layers: Annotated[int | None, Opt(help="uneven pipeline: layers on the last stage")] = None,
     p2p_scatter_gather: Annotated[bool | None, Opt("--p2p-scatter-gather/--no-p2p-scatter-gather",
                                                    help="Megatron's scatter/gather pipeline hand-off (default on): "
                                                         "1/tp per rank, all-gathered on arrival")] = None,
@@ -149,7 +152,8 @@ def simulate(
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
                      "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm,
-                     "dp_replicate": dp_replicate, "offload": offload,
+                     "dp_replicate": dp_replicate, "first_stage_layers": first_stage_layers,
+                     "last_stage_layers": last_stage_layers, "offload": offload,
                      "p2p_scatter_gather": p2p_scatter_gather,
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,

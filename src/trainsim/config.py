@@ -112,6 +112,11 @@ class StrategySpec(_Strict):
     sequence_parallel: bool = False
     zero: int = Field(0, ge=0, le=3)
     fsdp: bool = False
+    first_stage_layers: int | None = Field(None, ge=1, le=MAX_LAYERS, description="uneven pipeline: transformer "
+                                           "layers on the first stage (Megatron --decoder-first-pipeline-num-"
+                                           "layers); the middle stages share the rest evenly")
+    last_stage_layers: int | None = Field(None, ge=1, le=MAX_LAYERS, description="the same for the last stage "
+                                          "(--decoder-last-pipeline-num-layers)")
     dp_replicate: int = Field(1, ge=1, le=MAX_GPUS, description="hybrid sharding (HSDP, FSDP2's 2-D mesh): "
                               "replicas of each sharding group; states are sharded over dp / dp_replicate ranks "
                               "and gradients all-reduced across the replicas")

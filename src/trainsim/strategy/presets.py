@@ -52,6 +52,8 @@ class ParallelSpec:
     tp_comm_overlap: bool = False
     cp_comm: str = "p2p"  # p2p (ring attention) | all_gather (K/V gathered before attention)
     dp_replicate: int = 1  # HSDP: replicas of each sharding group (dp / dp_replicate ranks shard the states)
+    first_stage_layers: int | None = None  # uneven pipeline: transformer layers on the first / last stage
+    last_stage_layers: int | None = None  # (Megatron --decoder-first/last-pipeline-num-layers)
     p2p_scatter_gather: bool = True  # Megatron's scatter/gather pipeline hand-off (--no-scatter-gather-... off)
     offload: str = "none"  # none | cpu | nvme | remote (parameters/gradients/optimizer states off the GPU)
 
@@ -126,8 +128,33 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
     blocks = [la for la in model.layers if la.kind == "transformer"]
     chunks = p.pp * p.vpp
     n_layers = len(blocks) or len(model.layers)
+    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+        _uneven_stages(p, len(blocks))
     _require(n_layers >= chunks, "pp", f"{model.name} has only {n_layers} layers for pp x vpp = {chunks} chunks",
              "use fewer pipeline stages or virtual stages")
+
+
+def _uneven_stages(p: ParallelSpec, n_blocks: int) -> list[int]:
+    """Transformer layers per pipeline stage with the first and/or last stage set apart (Megatron's
+    --decoder-first/last-pipeline-num-layers): the other stages share the rest evenly, as Megatron requires."""
+    field = "first_stage_layers" if p.first_stage_layers is not None else "last_stage_layers"
+    _require(n_blocks > 0, field, "uneven pipeline stages need a transformer", f"drop {field}")
+    _require(p.pp > 1, field, f"needs pipeline parallelism (pp = {p.pp})", f"add --pp, or drop {field}")
+    _require(p.vpp == 1, field, "uneven stages with the interleaved schedule are not modelled",
+             f"use --vpp 1, or drop {field}")
+    first = p.first_stage_layers
+    last = p.last_stage_layers
+    fixed = [s for s in (first, last) if s is not None]
+    middle = p.pp - len(fixed)
+    rest = n_blocks - sum(fixed)
+    _require(all(s >= 1 for s in fixed) and rest >= middle and (middle == 0 and rest == 0 or middle > 0
+             and rest % middle == 0), field,
+             f"{n_blocks} layers: first {first}, last {last} leave {rest} for {middle} other stage(s), "
+             "not an even split of at least one each",
+             "choose counts that leave a multiple of the other stages' count")
+    even = rest // middle if middle else 0
+    return [first if first is not None and i == 0 else last if last is not None and i == p.pp - 1 else even
+            for i in range(p.pp)]
 
 
 def _data_axes(expert: bool) -> tuple[str, ...]:
@@ -164,11 +191,22 @@ def weight_config(op: Op, split: Split, zero: int) -> WeightConfig:
     return sharded_weight_config(op, split, ZERO_ITEMS[zero])
 
 
-def _chunk_assignment(model: Model, chunks: int) -> dict[str, int]:
-    """Contiguous chunk per layer: transformer blocks evenly, embedding first, head last; else FLOP-balanced."""
+def _chunk_assignment(model: Model, chunks: int, counts: list[int] | None = None) -> dict[str, int]:
+    """Contiguous chunk per layer: transformer blocks evenly (or `counts` per chunk), embedding first, head
+    last; else FLOP-balanced."""
     layers = model.layers
     blocks = [la for la in layers if la.kind == "transformer"]
     out: dict[str, int] = {}
+    if blocks and counts is not None:
+        i = 0
+        for c, n in enumerate(counts):
+            for la in blocks[i:i + n]:
+                out[la.name] = c
+            i += n
+        for la in layers:
+            if la.name not in out:
+                out[la.name] = 0 if la.kind == "embedding" else chunks - 1
+        return out
     if blocks:
         # even split; a remainder is taken from the end chunks first (they also hold the embedding and
         # the LM head), as Llama 3 405B did with 126 layers on 16 stages (Dubey et al. 2024, section 3.3.2)
@@ -222,7 +260,9 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.schedule_set = True
     tree.root.recompute_mode = p.recompute
     tree.root.shard_items = frozenset(ZERO_ITEMS[p.zero])
-    chunk_of = _chunk_assignment(model, p.pp * p.vpp)
+    uneven = p.first_stage_layers is not None or p.last_stage_layers is not None
+    blocks = sum(1 for la in model.layers if la.kind == "transformer")
+    chunk_of = _chunk_assignment(model, p.pp * p.vpp, _uneven_stages(p, blocks) if uneven else None)
     for node in tree.root.walk():
         layer: Layer | None = node.layer
         if layer is None:

@@ -489,6 +489,7 @@ class _Settings:
     schedule: str | None = None
     attention: str | None = None
     optimizer_instances: int = 1
+    stages: dict[str, int] = field(default_factory=dict)  # first_stage_layers / last_stage_layers
     features: dict[str, Any] = field(default_factory=dict)
     dropout: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -524,6 +525,13 @@ def _attn(kernel: str, override: bool = True) -> Action:
     def act(m: re.Match[str], st: _Settings) -> None:
         if override or st.attention is None:
             st.attention = kernel
+    return act
+
+
+def _stage_layers(key: str) -> Action:
+    """Megatron's --decoder-first/last-pipeline-num-layers N: an uneven first or last pipeline stage."""
+    def act(m: re.Match[str], st: _Settings) -> None:
+        st.stages[key] = int(m.group(1))
     return act
 
 
@@ -629,6 +637,8 @@ _RULES: list[tuple[str, Action]] = [
     (r"finetune\s*=\s*q?lora.*", _skip(SETTING, "LoRA/QLoRA fine-tuning (frozen base weights, adapters)")),
     (r"packed\s*=\s*false", _skip(SETTING, "unpacked variable-length sequences (seq_len is only the maximum)")),
     (r"packed\s*=\s*true|full finetune.*", _ok),
+    (r"decoder-first-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("first_stage_layers")),
+    (r"decoder-last-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("last_stage_layers")),
     (r"decoder-(?:first|last)-pipeline-num-layers.*|account-for-(?:embedding|loss)-in-pipeline-split.*|"
      r"pipeline-model-parallel-layout.*|pp_layout.*", _skip(SETTING, "uneven pipeline layout")),
     (r"fp8-param-gather\s*=\s*true", _skip(SETTING, "FP8 parameter all-gather")),
@@ -758,6 +768,9 @@ def _row_job(row: dict[str, str]) -> RowJob:
             strategy["tp_comm_overlap"] = True
     if settings.p2p_scatter_gather is not None:
         strategy["p2p_scatter_gather"] = settings.p2p_scatter_gather
+    if settings.stages and (pp == 1 or vpp > 1):
+        raise RowSkip(SETTING, f"uneven pipeline stages with pp = {pp}, vpp = {vpp}")
+    strategy.update(settings.stages)
     mb = _count(row, "micro_batch")
     ga = _count(row, "grad_accum")
     if mb is None:
