@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from training_row import training_row
 
 import trainsim
 from trainsim.api import strategy_tree
@@ -57,12 +58,8 @@ def test_impossible_layouts_are_refused(strategy: dict[str, int]) -> None:
 
 
 def test_validate_reads_megatron_uneven_flags() -> None:
-    row = {"case_id": "U-1", "case_kind": "train_iter", "model_name": "GPT-tiny", "arch": "GPT (pre-LN, GeLU MLP 4h)",
-           "n_layers": "12", "hidden": "512", "n_heads": "8", "seq_len": "1024", "vocab": "50304", "gpu": "A100 80GB",
-           "gpu_mem_gb": "80", "n_gpus": "4", "gpus_per_node": "8", "dp": "1", "tp": "1", "pp": "4", "cp": "1",
-           "seq_parallel": "no", "sharding": "none", "recompute": "none", "micro_batch": "1", "global_batch": "8",
-           "precision": "bf16", "iter_time_s": "1.0", "flops_convention": "", "source": "synthetic",
-           "other_settings": "decoder-first-pipeline-num-layers=2; decoder-last-pipeline-num-layers=2"}
+    row = training_row(n_layers="12", n_gpus="4", dp="1", pp="4", micro_batch="1", global_batch="8",
+                       other_settings="decoder-first-pipeline-num-layers=2; decoder-last-pipeline-num-layers=2")
     rj = tr.row_job(row)
     assert not isinstance(rj, str), rj
     assert rj.job["strategy"]["first_stage_layers"] == 2 and rj.job["strategy"]["last_stage_layers"] == 2

@@ -128,15 +128,18 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
     blocks = [la for la in model.layers if la.kind == "transformer"]
     chunks = p.pp * p.vpp
     n_layers = len(blocks) or len(model.layers)
-    if p.first_stage_layers is not None or p.last_stage_layers is not None:
-        _uneven_stages(p, len(blocks))
+    stage_layers(model, p)  # uneven first/last stages: Megatron's checks
     _require(n_layers >= chunks, "pp", f"{model.name} has only {n_layers} layers for pp x vpp = {chunks} chunks",
              "use fewer pipeline stages or virtual stages")
 
 
-def _uneven_stages(p: ParallelSpec, n_blocks: int) -> list[int]:
+def stage_layers(model: Model, p: ParallelSpec) -> list[int] | None:
     """Transformer layers per pipeline stage with the first and/or last stage set apart (Megatron's
-    --decoder-first/last-pipeline-num-layers): the other stages share the rest evenly, as Megatron requires."""
+    --decoder-first/last-pipeline-num-layers): the other stages share the rest evenly, as Megatron requires.
+    None when neither is set (the even split of `_chunk_assignment`)."""
+    if p.first_stage_layers is None and p.last_stage_layers is None:
+        return None
+    n_blocks = sum(1 for la in model.layers if la.kind == "transformer")
     field = "first_stage_layers" if p.first_stage_layers is not None else "last_stage_layers"
     _require(n_blocks > 0, field, "uneven pipeline stages need a transformer", f"drop {field}")
     _require(p.pp > 1, field, f"needs pipeline parallelism (pp = {p.pp})", f"add --pp, or drop {field}")
@@ -191,35 +194,31 @@ def weight_config(op: Op, split: Split, zero: int) -> WeightConfig:
     return sharded_weight_config(op, split, ZERO_ITEMS[zero])
 
 
+def _even_counts(blocks: int, chunks: int) -> list[int]:
+    """Blocks per chunk, as even as possible; a remainder is taken from the end chunks first (they also hold
+    the embedding and the LM head), as Llama 3 405B did with 126 layers on 16 stages (Dubey et al. 2024,
+    section 3.3.2)."""
+    per = -(-blocks // chunks)
+    counts = [per] * chunks
+    ends = [i for pair in zip(range(chunks), range(chunks - 1, -1, -1), strict=True) for i in pair]
+    deficit, k = per * chunks - blocks, 0
+    while deficit:
+        c = ends[k % len(ends)]
+        if counts[c] > 1:
+            counts[c] -= 1
+            deficit -= 1
+        k += 1
+    return counts
+
+
 def _chunk_assignment(model: Model, chunks: int, counts: list[int] | None = None) -> dict[str, int]:
     """Contiguous chunk per layer: transformer blocks evenly (or `counts` per chunk), embedding first, head
     last; else FLOP-balanced."""
     layers = model.layers
     blocks = [la for la in layers if la.kind == "transformer"]
     out: dict[str, int] = {}
-    if blocks and counts is not None:
-        i = 0
-        for c, n in enumerate(counts):
-            for la in blocks[i:i + n]:
-                out[la.name] = c
-            i += n
-        for la in layers:
-            if la.name not in out:
-                out[la.name] = 0 if la.kind == "embedding" else chunks - 1
-        return out
     if blocks:
-        # even split; a remainder is taken from the end chunks first (they also hold the embedding and
-        # the LM head), as Llama 3 405B did with 126 layers on 16 stages (Dubey et al. 2024, section 3.3.2)
-        per = -(-len(blocks) // chunks)
-        counts = [per] * chunks
-        ends = [i for pair in zip(range(chunks), range(chunks - 1, -1, -1), strict=True) for i in pair]
-        deficit, k = per * chunks - len(blocks), 0
-        while deficit:
-            c = ends[k % len(ends)]
-            if counts[c] > 1:
-                counts[c] -= 1
-                deficit -= 1
-            k += 1
+        counts = counts or _even_counts(len(blocks), chunks)
         i = 0
         for c, n in enumerate(counts):
             for la in blocks[i:i + n]:
@@ -260,9 +259,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.schedule_set = True
     tree.root.recompute_mode = p.recompute
     tree.root.shard_items = frozenset(ZERO_ITEMS[p.zero])
-    uneven = p.first_stage_layers is not None or p.last_stage_layers is not None
-    blocks = sum(1 for la in model.layers if la.kind == "transformer")
-    chunk_of = _chunk_assignment(model, p.pp * p.vpp, _uneven_stages(p, blocks) if uneven else None)
+    chunk_of = _chunk_assignment(model, p.pp * p.vpp, stage_layers(model, p))
     for node in tree.root.walk():
         layer: Layer | None = node.layer
         if layer is None:
