@@ -14,7 +14,7 @@ import yaml
 from hypothesis import strategies as st
 
 Example = tuple[list[str], dict[str, bytes]]
-OUTPUT_FLAGS = frozenset({"--json", "--trace", "--dump-config", "--dump-strategy", "--plot", "--out"})
+OUTPUT_FLAGS = frozenset({"--json", "--trace", "--dump-config", "--dump-strategy", "--plot", "--out", "--db"})
 
 # values a user might type: valid small ones, boundary ones, absurd ones and wrong types
 INTS = st.sampled_from(["1", "2", "4", "8", "0", "-1", "3", "7", "1000000000000", "9223372036854775808", "1.5",
@@ -268,6 +268,100 @@ _REPLAY_FLAGS = [["--json", "o.json"], ["--json", "-"], ["--trace", "p.json"], [
 _SCALE_FLAGS = [["--cluster", "dgx-a100", "--nodes", "1,2"], ["--cluster", "dgx-a100", "--nodes", "x"],
                 ["--nodes", "0"], ["--ranks", "1,2"], ["--json", "s.json"], ["--cores-per-node", "2"]]
 
+SWEEP_BASE = {"model": {"name": "gpt2", "layers": 2}, "cluster": {"name": "pcie-titanxp", "nodes": 1},
+              "strategy": {"global_batch": 8}, "simulation": {"granularity": "layer"}}
+SWEEP_GRID = {  # job keys with values that mostly make valid (sometimes refused) jobs of SWEEP_BASE
+    "strategy.tp": [1, 2, 4], "strategy.pp": [1, 2], "strategy.dp": [1, 2, None], "strategy.micro_batch": [1, 2],
+    "strategy.recompute": ["none", "full"], "strategy.zero": [0, 1, 3], "cluster.gpu": ["h100-sxm", "v100"],
+    "cluster.nic_gbps": [12.5, 25], "cluster.nodes": [1, 2], "model.seq_len": [64, 128],
+    "model.name": ["gpt2", "nosuch"], "model.layers": [1, 2], "simulation.dtype": ["auto", "fp16", "fp8"],
+    "cluster.bandwidth_gbps": [[25.0, 12.5]], "strategy.tpp": [1], "tp": [1], "bogus.x": [1], "": [1], "model": [1],
+}
+SWEEP_VALUES = st.sampled_from([1, 2, 4, 0, -1, 10**12, 1.5, float("nan"), float("inf"), True, None, "x", "",
+                                "gpt2", "nosuch", "h100-sxm", "full", "bf16", [25.0, 12.5], [], {}])
+
+
+SWEEP_FAULTS = ["none"] * 8 + ["base mutated", "base file", "base missing", "base scalar", "grid key", "grid value",
+                               "random", "name", "tail", "flag"]
+SWEEP_GOOD_FLAGS = [["--db", "r.db"], ["--db", "r.db"], ["--jobs", "1"], ["--jobs", "2"], ["-q"], ["--top", "1"]]
+SWEEP_BAD_FLAGS = [["--db", "bad.db"], ["--db", ""], ["--db", "-"], ["--db", "sub"], ["--db", "missing/r.db"],
+                   ["--db", "/dev/null"], ["--db", "sweep.yaml"], ["--jobs", "0"], ["--jobs", "x"], ["--top", "0"],
+                   ["--ray", ""], ["--ray", "127.0.0.1:1"]]
+
+
+@st.composite
+def sweeps(draw: st.DrawFn) -> Example:
+    """`trainsim sweep` of a YAML over a tiny base job with at most one deliberate fault (half have none, so
+    that sweeps run and write their store): an awkward base (mutated, a malformed or missing job file, a
+    scalar), grid key or value, `random:`, name, a broken YAML tail or a bad flag."""
+    fault = draw(st.sampled_from(SWEEP_FAULTS))
+    files: dict[str, bytes] = {"bad.db": b"not a database\n"}
+    base: object = {s: dict(v) for s, v in SWEEP_BASE.items()}
+    if fault == "base mutated":
+        section = draw(st.sampled_from(sorted(YAML_KEYS)))
+        base[section][draw(st.sampled_from(YAML_KEYS[section]))] = draw(YAML_SCALARS)  # type: ignore[index]
+    elif fault == "base file":
+        files["job.yaml"] = draw(st.sampled_from([yaml.safe_dump(SWEEP_BASE).encode(), b"{", b"[1, 2]", b""]))
+        base = "job.yaml"
+    elif fault == "base missing":
+        base = "missing.yaml"
+    elif fault == "base scalar":
+        base = draw(SWEEP_VALUES)
+    grid: dict = {}
+    good_keys = sorted(k for k in SWEEP_GRID if "." in k and k not in ("strategy.tpp", "bogus.x"))
+    for key in draw(st.lists(st.sampled_from(good_keys), max_size=3, unique=True)):
+        grid[key] = draw(st.lists(st.sampled_from(SWEEP_GRID[key]), min_size=1, max_size=3, unique_by=repr))
+    if fault == "grid key":
+        grid[draw(st.sampled_from(sorted(set(SWEEP_GRID) - set(good_keys))))] = [1]
+    elif fault == "grid value":
+        grid[draw(st.sampled_from(good_keys))] = draw(st.lists(SWEEP_VALUES, max_size=3) | SWEEP_VALUES)
+    doc: dict = {"base": base, "grid": grid}
+    if fault == "random":
+        doc["random"] = draw(st.sampled_from([{"samples": 0}, {"sample": 3}, {"samples": 10**9}, {"samples": "x"},
+                                              3, {"samples": 2, "seed": -1}]))
+    elif draw(st.integers(0, 3)) == 0:
+        doc["random"] = {"samples": draw(st.integers(1, 4)), "seed": draw(st.integers(0, 3))}
+    if fault == "name":
+        doc[draw(st.sampled_from(["name", "nmae"]))] = draw(st.sampled_from(["", 3, None, "x" * 300]))
+    elif draw(st.booleans()):
+        doc["name"] = draw(st.sampled_from(["study", "☃"]))
+    text = yaml.safe_dump(doc, allow_unicode=True)
+    if fault == "tail":
+        text += draw(st.sampled_from(["grid: {}\n", "&a [*a]\n", "{", "\t- x\n"]))
+    files["sweep.yaml"] = text.encode()
+    flags = draw(st.lists(st.sampled_from(SWEEP_GOOD_FLAGS), max_size=2, unique_by=lambda f: f[0]))
+    if fault == "flag":
+        flags.append(draw(st.sampled_from(SWEEP_BAD_FLAGS)))
+    out = draw(st.sampled_from([[], [], ["--json", "o.json"], ["--json", "-"]]) | outputs(["--json"]))
+    return ["sweep", "sweep.yaml", *(a for f in flags for a in f), *out], files
+
+
+SEARCH_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
+    "--model": _choice(["gpt2", "gpt3-125m", "gpt2-medium", "resnet50", "mixtral-8x7b", "custom", "no-such"]),
+    "--cluster": _choice(["pcie-titanxp", "dgx-a100", "dgx-h100", "no-such"]),
+    "--nodes": st.sampled_from(["1", "2", "1,2", "0", "x", "1,,2", "-1", "1000000000000", ""]),
+    "--gpu": _choice(["h100-sxm", "v100", "no-gpu"]), "--global-batch": INTS, "--seq-len": INTS,
+    "--dtype": _choice(["bf16", "fp16", "fp8", "fp32"]), "--top": INTS, "--jobs": st.sampled_from(["1", "2", "0", "x"]),
+    "--time-limit": st.sampled_from(["2", "0", "-1", "nan", "inf", "x", "", "1e-9", "0.5"]),
+    "--tp-across-nodes": None, "--pareto-memory": None, "--exhaustive": None,
+    "--space": st.sampled_from(["space.yaml", "missing.yaml", "", "."]),
+    "--db": st.sampled_from(["r.db", "bad.db", "", "sub"]),
+}
+SPACE_DOCS = [b"micro_batch: [1, 2]\nvpp: [1]\n", b"tp: [0]\n", b"nosuch: [1]\n", b"[1, 2]\n", b"{", b"",
+              b"zero: [4]\n", b"recompute: [sometimes]\n", b"schedule: []\n", b"tp: x\n", b"pp: [1, 2]\ncp: [1]\n",
+              b"tp_across_nodes: 3\n", b"micro_batch: [1000000000000]\n"]
+
+
+@st.composite
+def searches(draw: st.DrawFn) -> Example:
+    """`trainsim search` over small models and clusters with a few drawn flags and a drawn --space file; a
+    3 s time limit comes first so that a drawn --time-limit (later on the line) replaces it."""
+    argv = ["search", "-q", "--time-limit", "3", "--global-batch", "16", *draw(flags(SEARCH_FLAGS, 5)),
+            *draw(outputs(["--json"]))]
+    files = {"space.yaml": draw(st.sampled_from(SPACE_DOCS)), "bad.db": b"not a database\n"}
+    return argv, files
+
+
 COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "replay | scale | optimize (trace files)": st.tuples(
         kineto_files(), st.sampled_from(["replay", "scale", "optimize"]),
@@ -275,10 +369,12 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
                          ["rank1.json", "rank1.json"], [""]]),
         st.lists(st.sampled_from(_REPLAY_FLAGS + _SCALE_FLAGS), max_size=2)).map(
         lambda x: ([x[1], *x[2], *(a for pair in x[3] for a in pair)], x[0])),
+    # a job with no parallel degree is searched first: kept short here (the search has its own entry)
     "simulate (flags)": _no_files(st.tuples(flags(SIMULATE_FLAGS, 6), outputs(
-        ["--json", "--trace", "--dump-config", "--dump-strategy"])).map(lambda x: ["simulate", "-q", *x[0], *x[1]])),
-    "simulate (YAML job)": yaml_jobs().map(lambda doc: (["simulate", "job.yaml", "-q", "--json", "o.json"],
-                                                        {"job.yaml": doc})),
+        ["--json", "--trace", "--dump-config", "--dump-strategy"])).map(
+        lambda x: ["simulate", "-q", "--search-time-limit", "5", *x[0], *x[1]])),
+    "simulate (YAML job)": yaml_jobs().map(lambda doc: (["simulate", "job.yaml", "-q", "--search-time-limit", "5",
+                                                         "--json", "o.json"], {"job.yaml": doc})),
     "collective": _no_files(st.tuples(
         st.sampled_from([["--topology", "Ring(4)_Switch(2)"], ["--cluster", "dgx-a100"], ["--topology", "conv-4d"],
                          ["--topology", "Ring(100000)_Switch(100000)"], ["--cluster", "nosuch"], []]),
@@ -312,6 +408,8 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
          ["--dtype", "fp16"], ["--nodes", "0"], ["--nodes", "1"], ["--cluster", "nosuch"], ["--cluster", "dgx-h100"],
          ["--json", "o.json"], ["--json", "-"], ["--comm-groups", "missing.json"]]), max_size=3)).map(
         lambda x: (["chakra", "run", "p", *(a for pair in x[1] for a in pair)], x[0])),
+    "sweep": sweeps(),
+    "search": searches(),
     "models, clusters, help, version": _no_files(st.sampled_from(
         [[], ["models"], ["clusters"], ["models", "x"], ["clusters", "--json"], ["nosuch"], ["chakra"],
          ["chakra", "nosuch"], ["--version"], ["--help"], ["simulate", "--help"],

@@ -23,7 +23,7 @@ from trainsim.api import keyword_sections
 _N = int(os.environ.get("TRAINSIM_FUZZ_EXAMPLES", "0"))
 EXAMPLES = {"simulate (flags)": 30, "simulate (YAML job)": 30, "collective": 30, "validate": 15, "calibrate": 8,
             "chakra export": 12, "chakra export (YAML job)": 6, "chakra run (trace files)": 15,
-            "replay | scale | optimize (trace files)": 25,
+            "replay | scale | optimize (trace files)": 25, "sweep": 20, "search": 15,
             "models, clusters, help, version": 8}
 
 

@@ -9,6 +9,7 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:  # annotations only: importing trainsim stays cheap (the API is imported on first call)
     from .config import JobConfig
+    from .optimize.search import SearchResult
     from .sim.result import SimulationResult
     from .strategy.tree import StrategyTree
 
@@ -46,6 +47,25 @@ def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int |
     return _simulate_tree(tree, cluster, nodes=nodes, progress=progress, **simulation)
 
 
+def search(model: str | dict[str, Any] | None = None, cluster: str | dict[str, Any] | None = None,
+           nodes: int | list[int] | None = None, global_batch: int | None = None, *,
+           space: dict[str, Any] | None = None, top: int = 5, time_limit_s: float | None = None, jobs: int = 1,
+           ray: str | None = None, db: str | None = None, pareto_memory: bool = False,
+           progress: Callable[[str, int, int], None] | None = None, **keys: Any) -> SearchResult:
+    """Find the fastest strategy that fits: branch and bound over the event simulation (`trainsim search`).
+
+    `model` / `cluster` are names or dicts of their keys (default GPT-3 175B on DGX A100); `nodes` one count or
+    several (a throughput-vs-GPUs front); `global_batch` defaults to ~4M tokens; `space` restricts the knobs
+    ({'tp': [4, 8], 'recompute': ['selective'], ...}); other keywords are model/cluster/simulation keys
+    (seq_len, gpu, dtype, ...). `jobs` local worker processes or `ray` ('auto' or an address) run the
+    simulations; `db` keeps every simulated configuration in a DuckDB file. The result has `best`, `top`,
+    `rows`, `pruned`, `space`, `evaluated`, `pareto_gpus()`, `pareto_memory()` and `to_json()`."""
+    from .optimize.search import search_keywords
+
+    return search_keywords(model, cluster, nodes, global_batch, space=space, top=top, time_limit_s=time_limit_s,
+                           jobs=jobs, ray=ray, db=db, pareto_memory=pareto_memory, progress=progress, **keys)
+
+
 _LAZY = {"StrategyTree": "trainsim.strategy.tree", "DeviceMesh": "trainsim.strategy.mesh"}
 
 
@@ -61,4 +81,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'trainsim' has no attribute '{name}'")
 
 
-__all__ = ["ConfigError", "DeviceMesh", "StrategyTree", "simulate", "simulate_tree", "__version__"]
+__all__ = ["ConfigError", "DeviceMesh", "StrategyTree", "search", "simulate", "simulate_tree", "__version__"]

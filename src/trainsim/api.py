@@ -11,13 +11,14 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trainsim as _public
 
 from .compile.graph import WorkEstimate, build_graph, predict_tasks
-from .compile.program import lower
+from .compile.program import Program, lower
 from .config import (
     DEFAULT_JOB,
     ClusterSpec,
@@ -28,7 +29,7 @@ from .config import (
     load_yaml,
     parse_job,
 )
-from .cost.annotate import annotate, optimizer_time
+from .cost.annotate import FlowBook, annotate, optimizer_time
 from .cost.calibration import load_calibration
 from .cost.comm import CommModel, NcclComm
 from .cost.compute import RooflineCompute
@@ -163,7 +164,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
     gb = s.global_batch or s.micro_batch * dp
     return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.sequence_parallel,
                         zero=3 if s.fsdp else s.zero, recompute=s.recompute,
-                        schedule="interleaved" if s.vpp > 1 and s.schedule != "dynamic" else s.schedule,
+                        schedule="interleaved" if s.vpp > 1 and s.schedule not in ("dynamic", "zb-h1")
+                        else s.schedule,
                         max_ongoing=s.max_ongoing_micro_batch, micro_batch=s.micro_batch,
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
                         overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap,
@@ -407,14 +409,22 @@ def check_work(tree: StrategyTree, sim: SimulationSpec) -> WorkEstimate:
                       + (" or --granularity auto" if sim.granularity != "auto" else ""))
 
 
-def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
-              wall0: float, progress: ProgressFn | None = None) -> SimulationResult:
-    """Compile, cost and simulate one strategy tree on a cluster (the one path every job takes)."""
-    if tree.mesh.world_size != cl.world_size:
-        raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
-                          f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
-    predicted = check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
-    mdl = tree.model
+@dataclass
+class CostedProgram:
+    """A lowered program with every step costed by the job's models: what the graph builder, the memory
+    accounting and the search's bounds (optimize.bounds) all read."""
+
+    program: Program
+    precision: Precision
+    compute: RooflineCompute
+    flows: FlowBook | None
+    peak_flops: float
+    gamma: float
+    p2p_host_sync: bool
+
+
+def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec) -> CostedProgram:
+    """Lower the tree in the job's precision and cost every step (compute, communication, memory)."""
     if sim.dtype != "auto" and not cl.device.supports(sim.dtype):
         raise ConfigError("simulation.dtype", f"{cl.device.name} does not support {sim.dtype}",
                           f"use one of {', '.join(cl.device.dtypes)} or auto ({cl.device.training_dtype})")
@@ -430,9 +440,24 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
     compute = RooflineCompute(cparams)
     comm: CommModel = (AnalyticalComm(cl.levels, scheduler=sim.scheduler)
                        if sim.comm_model == "analytical" else NcclComm(cl, cal.comm or None))
+    flows = annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s,
+                     sharing=sim.bandwidth_sharing, exact=sim.exact, memory=offload_memory_system(tree.offload, cl))
+    return CostedProgram(program, precision, compute, flows, peak, cal.gamma if sim.gamma is None else sim.gamma,
+                         cal.p2p_host_sync)
+
+
+def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
+              wall0: float, progress: ProgressFn | None = None) -> SimulationResult:
+    """Compile, cost and simulate one strategy tree on a cluster (the one path every job takes)."""
+    if tree.mesh.world_size != cl.world_size:
+        raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
+                          f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
+    predicted = check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
+    mdl = tree.model
+    costed = costed_program(tree, cl, sim)
+    program, precision, compute, flows = costed.program, costed.precision, costed.compute, costed.flows
+    peak = costed.peak_flops
     sharing = sim.bandwidth_sharing
-    flows = annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s, sharing=sharing,
-                     exact=sim.exact, memory=offload_memory_system(tree.offload, cl))
     by_rank: dict[int, list] = defaultdict(list)
     for ch in program.chunks:
         by_rank[ch.pp_rank].append(ch)
@@ -443,8 +468,7 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
                         optimizer_s=opt_s,
                         static_bytes={r: s.total_bytes for r, s in statics.items()}, flows=flows,
                         progress=(lambda k: progress("building graph", k, predicted)) if progress else None)
-    gamma = cal.gamma if sim.gamma is None else sim.gamma
-    trace = run(graph, gamma=gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=sharing,
+    trace = run(graph, gamma=costed.gamma, p2p_host_sync=costed.p2p_host_sync, bandwidth_sharing=sharing,
                 progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
     iteration = max(trace.end_s) if len(graph) else 0.0
     if not (math.isfinite(iteration) and iteration > 0):  # the field bounds should make this unreachable

@@ -17,6 +17,8 @@ from rich.table import Table
 
 from .cli_chakra import chakra_app
 from .cli_replay import optimize_cmd, replay_cmd, scale_cmd
+from .cli_search import auto_note, auto_strategy, search_cmd, wants_search
+from .cli_sweep import sweep_cmd
 from .config import DEFAULT_JOB_TEXT, LayeredJob, apply_flags, describe_flags, dump_yaml, load_yaml, parse_job
 from .console import progress_bar
 from .errors import ConfigError
@@ -78,7 +80,8 @@ def simulate(
     fsdp: Annotated[bool | None, Opt("--fsdp/--no-fsdp", help="FSDP full shard (= ZeRO-3)")] = None,
     recompute: Annotated[str | None, Opt(help="none | selective | full")] = None,
     schedule: Annotated[str | None, Opt(help="gpipe | 1f1b | interleaved | dynamic (Proteus HTAE: backward "
-                                               "first, forward under --max-ongoing)")] = None,
+                                               "first, forward under --max-ongoing) | zb-h1 (zero bubble: "
+                                               "weight gradients postponed into the bubble, 1F1B memory)")] = None,
     max_ongoing: Annotated[int | None, Opt("--max-ongoing", help="micro-batches a pipeline rank holds between "
                                            "forward and backward (1f1b: a lower cap; dynamic: the cap)")] = None,
     micro_batch: Annotated[int | None, Opt(help="micro-batch size per data-parallel rank")] = None,
@@ -132,6 +135,9 @@ def simulate(
     dump_strategy: Annotated[str | None, Opt("--dump-strategy", help="write the job's resolved strategy tree "
                                               "(every op's split, memory configs, pipeline chunks) as YAML, "
                                               "to edit and run with --strategy-tree")] = None,
+    search_time_limit: Annotated[float | None, Opt("--search-time-limit", help="with no parallel degree given, "
+                                                   "search the strategy for at most this many seconds "
+                                                   "(default 60)")] = None,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="no summary on stdout")] = False,
 ) -> None:
     """Predict one training iteration (no arguments: GPT-3 175B on 1024 A100-80GB, Megatron 3D parallel)."""
@@ -164,6 +170,18 @@ def simulate(
         raise ConfigError("--hf-config", "and --model both name the model", "pass only one of them")
     layered = apply_flags(load_yaml(config) if config is not None else None, flags)
     job = parse_job(layered.data)
+    searched: dict[str, Any] | None = None
+    if search_time_limit is not None and not 0 < search_time_limit < math.inf:
+        raise ConfigError("--search-time-limit", f"must be > 0 seconds, got {search_time_limit}",
+                          "pass a positive number of seconds")
+    if wants_search(layered.data):  # no parallel degree given: the search chooses them
+        given = {k: v for k, v in flags["strategy"].items() if v is not None}
+        if not layered.from_default and config is not None:  # a job file's own strategy keys hold too
+            given = {**(load_yaml(config).get("strategy") or {}), **given}
+        data, searched = auto_strategy(layered.data, given, quiet=quiet or outs.to_stdout,
+                                       time_limit_s=search_time_limit)
+        job = parse_job(data)
+        layered = layered._replace(notes=[n for n in layered.notes if "sp off" not in n])
     from .api import preset_cluster
     from .api import simulate as run_simulation
     from .report.chrome_trace import chrome_trace_json
@@ -173,7 +191,8 @@ def simulate(
         result = run_simulation(job, progress=bar)
     payloads: dict[OutputTarget | None, Payload] = {}
     if json_target is not None:
-        payloads[json_target] = json_text(result.to_json(), "--json")
+        payloads[json_target] = json_text({**result.to_json(), **({"strategy_search": searched} if searched else {})},
+                                          "--json")
     if trace_target is not None:
         payloads[trace_target] = chrome_trace_json(result)
     if strategy_target is not None:
@@ -194,7 +213,8 @@ def simulate(
             resolved.cluster.nodes = result.n_gpus // max(1, preset_cluster(job.cluster.name).gpus_per_node)
         payloads[config_target] = dump_yaml(resolved)
     if not quiet and not outs.to_stdout:
-        print_summary(result, job=_job_line(config, layered, flags))
+        line = _job_line(config, layered, flags)
+        print_summary(result, job=f"{line}; {auto_note(searched)}" if searched else line)
     write_outputs(payloads)
 
 
@@ -671,6 +691,8 @@ app.add_typer(chakra_app, name="chakra")
 app.command("replay")(replay_cmd)
 app.command("scale")(scale_cmd)
 app.command("optimize")(optimize_cmd)
+app.command("search")(search_cmd)
+app.command("sweep")(sweep_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

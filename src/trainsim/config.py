@@ -121,9 +121,10 @@ class StrategySpec(_Strict):
                               "replicas of each sharding group; states are sharded over dp / dp_replicate ranks "
                               "and gradients all-reduced across the replicas")
     recompute: Literal["none", "selective", "full"] = "none"
-    schedule: Literal["gpipe", "1f1b", "interleaved", "dynamic"] = Field(
+    schedule: Literal["gpipe", "1f1b", "interleaved", "dynamic", "zb-h1"] = Field(
         "1f1b", description="pipeline order; dynamic: Proteus' HTAE scheduler (backward first, forward under "
-        "the cap) played out on the stage costs")
+        "the cap) played out on the stage costs; zb-h1: zero-bubble ZB-H1 (Qi et al. 2024), each backward split "
+        "into input and weight gradients, the latter postponed into the bubble, 1F1B's activation memory, vpp 1")
     max_ongoing_micro_batch: int | None = Field(None, ge=1, le=MAX_BATCH, description="micro-batches a pipeline rank holds "
                                                 "between forward and backward (1f1b: a lower cap; dynamic: the cap)")
     micro_batch: int = Field(1, ge=1, le=MAX_BATCH)

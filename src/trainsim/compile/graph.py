@@ -15,6 +15,7 @@ from typing import Protocol
 
 from ..strategy.schedules import dynamic_orders, schedule_order
 from ..strategy.tree import StrategyTree
+from ..workload.ir import CONTRACTION_KINDS
 from .program import STREAM_NAMES, ChunkProgram, Program, Step, Stream
 
 
@@ -304,6 +305,74 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     return out
 
 
+def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
+    """A backward template cut into its zero-bubble halves (Qi et al. 2024): B, the input-gradient side
+    (everything but the weight gradients: dgrad and unsplit backward steps, recompute, feature collectives)
+    and W, the weight-gradient steps with what only they consume (the sequence-parallel re-gather of a saved
+    input, an offloaded layer's gradient store). Both are templates of their own: a B step that waited on a
+    W step (the serial chain ran dgrad, wgrad, next op) waits on that step's B-side dependencies instead;
+    W's dependencies on B are dropped, since the graph builder starts a micro-batch's W after its whole B.
+    Redundant dependencies are pruned, so serial chains stay implicit (None) and coarsen as before."""
+    n = len(steps)
+    deps = [tuple(s.deps) if s.deps is not None else ((i - 1,) if i > 0 else ()) for i, s in enumerate(steps)]
+    in_w = [s.phase == "wgrad" for s in steps]
+    last_wgrad = {s.layer: i for i, s in enumerate(steps) if in_w[i]}
+    moved: dict[int, float] = defaultdict(float)  # bytes allocated by another step than the template's
+    for i, s in enumerate(steps):
+        if s.kind == "memory" and s.access == "store" and s.layer in last_wgrad:
+            # an offloaded layer's gradient store (compile.offload): its buffer, allocated by the step it
+            # waited on, is made by the layer's last weight gradient, which the store now waits for
+            w = last_wgrad[s.layer]
+            for d in deps[i]:
+                if d != w and not in_w[d]:
+                    size = min(s.size_bytes, steps[d].alloc_bytes + moved[d])
+                    moved[d] -= size
+                    moved[w] += size
+            deps[i] = (w,)
+            in_w[i] = True
+    consumers: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        for d in deps[i]:
+            consumers[d].append(i)
+    for i in range(n - 1, -1, -1):  # communication that feeds only W steps (SP re-gathers) moves with them
+        if not in_w[i] and steps[i].kind != "compute" and consumers[i] and all(in_w[c] for c in consumers[i]):
+            in_w[i] = True
+    b_side: dict[int, frozenset[int]] = {}
+
+    def on_b(d: int) -> frozenset[int]:
+        """The B steps that stand for d (itself, or what a W step waited for on the B side)."""
+        if not in_w[d]:
+            return frozenset((d,))
+        if d not in b_side:
+            b_side[d] = frozenset().union(*(on_b(e) for e in deps[d]))
+        return b_side[d]
+
+    def half(members: list[int], keep: Callable[[int], frozenset[int]], chain_orphans: bool) -> list[Step]:
+        """The steps `members` as a template: dependencies through `keep`, transitively reduced. A step left
+        with none follows the previous one of its half when `chain_orphans` (W: all of it runs after B) or
+        when it had implicit dependencies (None)."""
+        new = {old: k for k, old in enumerate(members)}
+        ancestors: dict[int, int] = {}  # bit set over new indices
+        out: list[Step] = []
+        for k, i in enumerate(members):
+            direct = sorted({new[x] for d in deps[i] for x in keep(d)})
+            reach = 0
+            for d in direct:
+                reach |= ancestors[d]
+            ancestors[k] = reach | sum(1 << d for d in direct)
+            needed = tuple(d for d in direct if not reach >> d & 1)
+            chain = needed == (k - 1,) or (not needed and (k == 0 or chain_orphans or steps[i].deps is None))
+            out.append(Step(**{**steps[i].__dict__, "deps": None if chain else needed,  # None: the previous step
+                               "alloc_bytes": steps[i].alloc_bytes + moved.get(i, 0.0)}))
+        return out
+
+    b_members = [i for i in range(n) if not in_w[i]]
+    w_members = [i for i in range(n) if in_w[i]]
+    b_half = half(b_members, on_b, False)
+    w_half = half(w_members, lambda d: frozenset((d,)) if in_w[d] else frozenset(), True)
+    return b_half, w_half
+
+
 def _htae_orders(chunks: list[ChunkProgram], m: int, max_ongoing: int | None) -> list[list[tuple[str, int, int]]]:
     """Per-rank orders of the HTAE scheduler (strategy.schedules.dynamic_orders) on the costed stages:
     a stage's forward / backward time per micro-batch is its steps' durations (compute, exposed
@@ -335,14 +404,17 @@ def predict_tasks(tree: StrategyTree, *, exact: bool = False, granularity: str =
 
     Per micro-batch and chunk: op granularity ~3 tasks per op (forward, backward, collectives); exact mode
     with tp/cp/ep keeps feature collectives apart (~1 task per op, 2 with sequence parallelism); layer granularity ~2 per layer; auto fuses a
-    chunk's forward and backward into ~2; ZeRO-3 gathers and offload loads/stores add ~6 per layer. A
-    collective counts once per class taking part. Within a factor of 2 of the built graph (tests)."""
+    chunk's forward and backward into ~2; ZeRO-3 gathers and offload loads/stores add ~6 per layer. The zero-bubble
+    schedule's weight-gradient half (W) adds a task per weighted op (op granularity), per layer (layer) or per
+    chunk (auto). A collective counts once per class taking part. Within a factor of 2 of the built graph (tests)."""
     tree.resolve()
     mesh, sched = tree.mesh, tree.schedule
     n_chunks = mesh.pp * sched.virtual_stages
-    layers, ops, recomputed, heavy, stored_split = ([0] * n_chunks for _ in range(5))
+    layers, ops, recomputed, heavy, stored_split, weighted = ([0] * n_chunks for _ in range(6))
     for node, recompute, chunk, items in tree._inherited():
         n_ops = len(node.layer.ops) if node.layer is not None else 0
+        weighted[chunk] += sum(op.weight is not None and op.kind in CONTRACTION_KINDS
+                               for op in (node.layer.ops if node.layer is not None else ()))
         layers[chunk] += 1
         ops[chunk] += n_ops
         recomputed[chunk] += n_ops if recompute == "full" else 0
@@ -360,6 +432,8 @@ def predict_tasks(tree: StrategyTree, *, exact: bool = False, granularity: str =
             n = max(2 * n_layers, extra)
         else:
             n = max(2, extra)
+        if sched.kind == "zb-h1" and weighted[c]:  # W: weight gradients apart from B
+            n += weighted[c] if granularity == "op" else n_layers if granularity == "layer" else 1
         per_mb += n + (2 if n_chunks > 1 else 0)  # + pipeline sends
         fixed += 3 * n_layers  # gradient buckets, their anchors, ZeRO parameter gathers
     copies = mesh.world_size // mesh.pp if exact else 1
@@ -404,11 +478,22 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         if demand is not None and demand[1] and t not in task_flow:
             task_flow[t] = demand
 
+    zero_bubble = sched.kind == "zb-h1"
+    halves: dict[int, tuple[list[Step], list[Step]]] = {}  # zero bubble: chunk -> its backward's (B, W)
+
+    def template(ch: ChunkProgram, phase: str) -> list[Step]:
+        if phase == "F":
+            return ch.fwd
+        if not zero_bubble:
+            return ch.bwd
+        if ch.chunk not in halves:
+            halves[ch.chunk] = split_backward(ch.bwd)
+        return halves[ch.chunk][0 if phase == "B" else 1]
+
     def specs(ch: ChunkProgram, phase: str, anchors: bool) -> list[_Spec]:
         key = (ch.chunk, phase, anchors)
         if key not in spec_cache:
-            spec_cache[key] = coarsen(ch.fwd if phase == "F" else ch.bwd, granularity, anchors, merge,
-                                      step_demand_of(ch))
+            spec_cache[key] = coarsen(template(ch, phase), granularity, anchors, merge, step_demand_of(ch))
         return spec_cache[key]
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
@@ -475,19 +560,27 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         r = mesh.coords(rank)["pp"]
         order = dynamic[r] if dynamic is not None else schedule_order(sched.kind, pp, m, r, v,
                                                                           sched.max_ongoing_micro_batch)
-        last_item_of_chunk = {}
+        # the last backward item (B; zero bubble: B and W, each anchoring the gradient buckets it finishes)
+        # of each chunk: its gradients are complete there
+        last_item_of_chunk: dict[tuple[str, int], int] = {}
         for idx, (ph, _mb, vc) in enumerate(order):
-            if ph == "B":
-                last_item_of_chunk[vc] = idx
+            if ph != "F":
+                last_item_of_chunk[(ph, vc)] = idx
         for idx, (ph, mb, vc) in enumerate(order):
             if progress is not None and not idx & 255:
                 progress(len(g))
             c = vc * pp + r
             ch = chunks[c]
-            anchors = ph == "B" and tree.overlap_grad_reduce and has_grad and idx == last_item_of_chunk.get(vc)
+            anchors = ph != "F" and tree.overlap_grad_reduce and has_grad and idx == last_item_of_chunk.get((ph, vc))
             ids: list[int] = []
-            for j, sp in enumerate(specs(ch, ph, anchors)):
+            todo = specs(ch, ph, anchors)
+            if ph == "W" and not todo:  # a chunk without weight gradients: an empty W keeps the bookkeeping
+                ids.append(g.add(f"W{mb} c{c} (no weight gradients)", "compute", Stream.COMPUTE, "compute", 0.0,
+                                 (cid,), [first_last[(cid, c, "B", mb)][1]], mb))
+            for j, sp in enumerate(todo):
                 deps = [ids[d] for d in sp.deps] if sp.deps is not None else ([ids[-1]] if ids else [])
+                if ph == "W" and not ids:  # a micro-batch's W starts after its whole B (Qi et al. 2024)
+                    deps.append(first_last[(cid, c, "B", mb)][1])
                 name = f"{ph}{mb} c{c} {sp.label}"
                 if sp.kind == "collective":
                     t = collective_task(name, sp.stream, sp.category, sp.duration_s, cid, rank, sp.axes, deps, mb,
@@ -513,7 +606,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             body = [t for t in ids if g.stream[t] != Stream.MEMORY] or ids
             first_compute = next((t for t in body if g.stream[t] == Stream.COMPUTE), -1)
             first_last[(cid, c, ph, mb)] = (body[0], body[-1], first_compute)
-            if ph == "B":
+            if ph != "F":
                 last_b[cid] = ids[-1]
             send_bytes = ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes
             if (ph == "F" and c < n_chunks - 1) or (ph == "B" and c > 0):
@@ -525,7 +618,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 if flows is not None:
                     note_flow(p2p[(cid, c, ph, mb)], fit_demand(flows.send_demand(c, ph), dur))
         if has_grad and not tree.overlap_grad_reduce:
-            for vc in sorted(last_item_of_chunk, reverse=True):
+            for vc in sorted({vc for _, vc in last_item_of_chunk}, reverse=True):
                 grad_sync(chunks[vc * pp + r], cid, rank, last_b[cid], None)
 
     # cross-class edges: pipeline sends and the loss turning forward into backward

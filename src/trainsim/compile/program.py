@@ -88,6 +88,8 @@ class ChunkProgram:
     send_fwd_s: float = 0.0  # filled by cost.annotate
     send_bwd_s: float = 0.0
     offload: str = "none"  # where its parameters, gradients and optimizer states live (compile.offload)
+    # per layer: (parameters, gradients, optimizer-state parameters) this rank stores (the local counts above, by layer)
+    layer_states: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,6 +121,8 @@ class _Lowerer:
         self.mesh = tree.mesh
         self.prec = precision
         self.act_scale = precision.activation_bytes / 2.0
+        # zero-bubble schedules run a weighted op's input-gradient GEMM and weight-gradient GEMM apart
+        self.split_wgrad = tree.schedule.kind == "zb-h1"
         self.model_flops = 0.0
         self.hw_flops = 0.0
 
@@ -224,18 +228,24 @@ class _Lowerer:
             if recompute == "full" and k == 0 and prev is not None:
                 free += prev[1]
             regather = self._regather(op, leaf, split, layer.name)
+            # zero bubble: the weight gradient runs later (W), so the op's output gradient is kept for it
+            # (with the saved input, freed by W; Qi et al. 2024, Table 1)
+            held = self._out_bytes(op, split) if self.split_wgrad and op.weight is not None else 0.0
             if regather:
                 # a saved input stored sharded (sequence parallelism) is gathered again for the weight
                 # gradient while the input-gradient GEMM runs (Korthikanti et al. 2022, section 4.2.2)
                 before = len(steps) - 1
-                dgrad = self._compute(op, split, layer.name, "dgrad")
+                dgrad = self._compute(op, split, layer.name, "dgrad", alloc=held)
                 dgrad.deps = (before,) if before >= 0 else ()
                 steps.append(dgrad)
                 for j, r in enumerate(regather):
                     r.deps = ((before,) if before >= 0 else ()) if j == 0 else None
                     steps.append(r)
-                steps.append(self._compute(op, split, layer.name, "wgrad", free=free))
+                steps.append(self._compute(op, split, layer.name, "wgrad", free=free + held))
                 steps[-1].deps = (len(steps) - 2 - len(regather), len(steps) - 2)
+            elif held > 0 and op.kind in CONTRACTION_KINDS:
+                steps.append(self._compute(op, split, layer.name, "dgrad", alloc=held))
+                steps.append(self._compute(op, split, layer.name, "wgrad", free=free + held))
             else:
                 steps.append(self._compute(op, split, layer.name, "bwd", free=free))
             for i in range(1, len(op.inputs)):
@@ -254,7 +264,11 @@ class _Lowerer:
             if k == 0 and prev is None:
                 grad = None  # model input (token ids / images): no gradient
         if len(steps) > first_step and any(op.weight is not None for op in layer.ops):
-            for s in reversed(steps[first_step:]):
+            mine = steps[first_step:]
+            # zero bubble: the layer's gradients are complete after its last weight-gradient step (W runs
+            # after the input-gradient half, B, of the same micro-batch)
+            wgrads = [s for s in mine if s.phase == "wgrad"] if self.split_wgrad else []
+            for s in reversed(wgrads or mine):
                 if s.kind == "compute":
                     s.grad_bucket = layer.name
                     break
@@ -443,8 +457,10 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
             prev = lw.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd)
             received = None
             tied_here = layer.tied_to is not None and rank_of.get(layer.tied_to) == rank_of[layer.name]
-            params0, grads0 = ch.params_local, ch.grads_local
+            params0, grads0, opt0 = ch.params_local, ch.grads_local, ch.optimizer_params_local
             lw.grad_sync(layer, node.leaf, ch, tied_here)
+            ch.layer_states[layer.name] = (ch.params_local - params0, ch.grads_local - grads0,
+                                           ch.optimizer_params_local - opt0)
             offload_sizes[layer.name] = ((ch.params_local - params0) * precision.param_bytes,
                                          (ch.grads_local - grads0) * precision.grad_bytes)
             gathers[layer.name] = lw.zero3_gather(layer, node.leaf)

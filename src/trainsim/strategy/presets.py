@@ -93,6 +93,9 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
     if p.schedule == "dynamic" and p.vpp > 1:
         raise ConfigError("strategy.schedule", "the dynamic (HTAE) scheduler runs one model chunk per rank",
                           "use --vpp 1, or --schedule interleaved")
+    if p.schedule == "zb-h1" and p.vpp > 1:
+        raise ConfigError("strategy.schedule", f"zb-h1 runs one model chunk per rank, not vpp={p.vpp}",
+                          "use --vpp 1 with zb-h1, or --schedule interleaved with --vpp")
     if p.schedule == "interleaved" and p.vpp == 1:
         raise ConfigError("strategy.schedule", "interleaved 1F1B needs more than one virtual stage", "set --vpp 2 or more")
     data = p.micro_batch * p.dp

@@ -1,8 +1,9 @@
 """Pipeline schedules as explicit per-rank orders of forward/backward work items.
 
-Each item is (phase, micro_batch, virtual_chunk) with phase "F" or "B". The engine follows this
-order on the compute stream, so the bubble and the in-flight activations come out of the
-simulation instead of a formula (tests check them against the closed forms).
+Each item is (phase, micro_batch, virtual_chunk) with phase "F" (forward), "B" (backward) or, for the
+zero-bubble schedule, "W" (the weight-gradient half of a backward whose "B" then computes only the input
+gradients). The engine follows this order on the compute stream, so the bubble and the in-flight
+activations come out of the simulation instead of a formula (tests check them against the closed forms).
 """
 
 from __future__ import annotations
@@ -124,6 +125,36 @@ def dynamic_orders(fwd_s: list[float], bwd_s: list[float], m: int, max_ongoing: 
     return orders
 
 
+def zb_h1(p: int, m: int, rank: int) -> list[WorkItem]:
+    """ZB-H1, the memory-efficient handcrafted schedule of Qi et al., "Zero Bubble Pipeline Parallelism"
+    (ICLR 2024, section 2.1 and Figure 3 top; code: github.com/sail-sg/zero-bubble-pipeline-parallelism).
+
+    Each backward is split into B (input gradients: the only part the previous stage waits for) and W
+    (weight gradients, free to move). The skeleton is 1F1B's: rank r runs p - r forwards (1F1B's p - r - 1
+    warm-up forwards plus the first of the steady state), then B, F, B, F, ... The W of micro-batch i
+    follows its B on rank 0 and is postponed by r backwards on rank r; the postponed W's fill the cool-down,
+    where 1F1B's late ranks sit idle. In steady state a rank runs B, W, F.
+
+    Memory: a rank holds at most p - r micro-batches between F and B (1F1B's activations) and at most p
+    between F and W (every rank as many as 1F1B's first; a W keeps only the GEMM inputs and output
+    gradients, so rank 0 keeps 1F1B's peak). Time (F, B, W a stage's seconds per micro-batch, no
+    communication): m (F + B + W) + (p - 1)(F + B) - (min(m, p) - 1) min(F, B, W), i.e. the paper's
+    bubble (p - 1)(F + B - W) when m >= p and W <= F, B; against 1F1B's (p - 1)(F + B + W)."""
+    warmup = min(p - rank, m)
+    order: list[WorkItem] = [("F", i, 0) for i in range(warmup)]
+    f, w = warmup, 0
+    for b in range(m):
+        order.append(("B", b, 0))
+        if b >= rank:  # W postponed by `rank` backwards
+            order.append(("W", w, 0))
+            w += 1
+        if f < m:
+            order.append(("F", f, 0))
+            f += 1
+    order += [("W", i, 0) for i in range(w, m)]
+    return order
+
+
 def schedule_order(kind: str, p: int, m: int, rank: int, v: int = 1, max_ongoing: int | None = None) -> list[WorkItem]:
     if kind == "gpipe":
         return gpipe(p, m, rank)
@@ -131,4 +162,6 @@ def schedule_order(kind: str, p: int, m: int, rank: int, v: int = 1, max_ongoing
         return one_f_one_b(p, m, rank, max_ongoing)
     if kind == "interleaved":
         return interleaved(p, m, rank, v)
+    if kind == "zb-h1":
+        return zb_h1(p, m, rank)
     raise ValueError(f"unknown schedule {kind}")

@@ -30,7 +30,7 @@ from .mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 Split = dict[str, tuple[str, ...]]  # dimension name -> mesh axes that split it (outermost last)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "dynamic")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dynamic", "zb-h1")
 STATE_ITEMS = ("weight", "grad", "optimizer")
 PARTIAL_KINDS = CONTRACTION_KINDS | {OpKind.EMBEDDING, OpKind.LOSS}
 
@@ -40,7 +40,9 @@ class ScheduleConfig:
     """Subgraph-level schedule: how many micro-batches and in which order (pipeline)."""
 
     n_micro_batch: int = 1
-    kind: str = "1f1b"  # gpipe | 1f1b | interleaved | dynamic (Proteus' HTAE scheduler at run time)
+    # gpipe | 1f1b | interleaved | dynamic (Proteus' HTAE scheduler at run time) | zb-h1 (zero bubble:
+    # backward split into input- and weight-gradient halves, the latter postponed into the bubble)
+    kind: str = "1f1b"
     virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
     # micro-batches in flight per rank: 1f1b: a cap below pp - rank; dynamic: the cap (None: all)
     max_ongoing_micro_batch: int | None = None
@@ -234,7 +236,9 @@ class StrategyNode:
         in flight: n_micro_batch (more than the stages) is GPipe, the number of pipeline stages is 1F1B
         (the default), fewer is a memory-bounded 1F1B (shorter warm-up, less activation memory).
         kind='dynamic' is Proteus' HTAE scheduler: each rank picks forward or backward at run time
-        (backward first, else the next forward while under the cap), played out on the stage costs."""
+        (backward first, else the next forward while under the cap), played out on the stage costs.
+        kind='zb-h1' is the zero-bubble ZB-H1 schedule (Qi et al. 2024): 1F1B's memory, the weight-gradient
+        half of each backward postponed to fill the bubble (strategy.schedules.zb_h1)."""
         tree = self.tree
         if tree is None or self is not tree.root:
             raise ConfigError(f"strategy.{self.name}", "a schedule is set on the root (one pipeline schedule "
