@@ -320,3 +320,17 @@ def test_python_search_api() -> None:
                    {"no_such_key": 1}, {"time_limit_s": float("nan")}):
         with pytest.raises(ConfigError):
             trainsim.search("gpt3-350m", "dgx-a100", **{"nodes": 1, **kwargs})
+
+
+def test_search_on_ray_matches_local() -> None:
+    """The same search spread over a local 2-CPU Ray cluster settles the same top configurations."""
+    pytest.importorskip("ray")
+    from trainsim.optimize.runners import Runner
+
+    local = search(SMALL_JOB, [1], 16, space=SMALL_SPACE, top=3)
+    with Runner(2, ray="auto", ray_init_kwargs={"num_cpus": 2}) as runner:
+        assert runner.workers == 2
+        remote = search(SMALL_JOB, [1], 16, space=SMALL_SPACE, top=3, runner=runner)
+    assert [r["key"] for r in remote.top] == [r["key"] for r in local.top]
+    assert [r["iteration_time_s"] for r in remote.top] == [r["iteration_time_s"] for r in local.top]
+    assert remote.pruned.get("memory_bound", 0) == local.pruned.get("memory_bound", 0)

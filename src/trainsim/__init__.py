@@ -49,7 +49,7 @@ def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int |
 
 def search(model: str | dict[str, Any] | None = None, cluster: str | dict[str, Any] | None = None,
            nodes: int | list[int] | None = None, global_batch: int | None = None, *,
-           space: dict[str, Any] | None = None, top: int = 5, time_limit_s: float | None = None, jobs: int = 1,
+           space: dict[str, Any] | None = None, top: int = 3, time_limit_s: float | None = None, jobs: int = 1,
            ray: str | None = None, db: str | None = None, pareto_memory: bool = False,
            progress: Callable[[str, int, int], None] | None = None, **keys: Any) -> SearchResult:
     """Find the fastest strategy that fits: branch and bound over the event simulation (`trainsim search`).

@@ -180,7 +180,7 @@ def search_cmd(
                                           "overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, "
                                           "schedule, tp_across_nodes)")] = None,
     tp_across_nodes: Annotated[bool, Opt("--tp-across-nodes", help="let tensor parallelism span nodes")] = False,
-    top: Annotated[int, Opt(help="configurations in the table (found exactly)")] = 5,
+    top: Annotated[int, Opt(help="configurations in the table (found exactly: more costs more simulations)")] = 3,
     time_limit: Annotated[float | None, Opt("--time-limit", help="stop after this many seconds (the best so "
                                             "far, not proven)")] = None,
     jobs: Annotated[int, Opt(help="local worker processes")] = 1,

@@ -186,7 +186,7 @@ def _base_job(job: dict[str, Any], nodes: int) -> dict[str, Any]:
 
 
 def search(job: dict[str, Any], nodes: list[int], global_batch: int, *, space: SearchSpace | None = None,
-           top: int = 5, time_limit_s: float | None = None, runner: Any = None, store: Any = None,
+           top: int = 3, time_limit_s: float | None = None, runner: Any = None, store: Any = None,
            study: str = "search", exhaustive: bool = False, pareto_memory: bool = False,
            beat_s: float | None = None, progress: SearchProgress | None = None) -> SearchResult:
     """Search the strategy space of `job` (its model, cluster and simulation sections; strategy ignored)
@@ -385,7 +385,7 @@ def parse_space(data: Any, field: str = "--space") -> SearchSpace:  # noqa: ANN4
 
 
 def run_search(job: dict[str, Any], nodes: list[int], global_batch: int | None, *,
-               space: SearchSpace | None = None, top: int = 5, time_limit_s: float | None = None,
+               space: SearchSpace | None = None, top: int = 3, time_limit_s: float | None = None,
                jobs: int = 1, ray: str | None = None, db: str | None = None, study: str | None = None,
                exhaustive: bool = False, pareto_memory: bool = False,
                progress: SearchProgress | None = None) -> tuple[SearchResult, int]:
@@ -430,7 +430,7 @@ def run_search(job: dict[str, Any], nodes: list[int], global_batch: int | None, 
 
 def search_keywords(model: str | dict[str, Any] | None = None, cluster: str | dict[str, Any] | None = None,
                     nodes: int | list[int] | None = None, global_batch: int | None = None, *,
-                    space: SearchSpace | dict[str, Any] | None = None, top: int = 5, time_limit_s: float | None = None,
+                    space: SearchSpace | dict[str, Any] | None = None, top: int = 3, time_limit_s: float | None = None,
                     jobs: int = 1, ray: str | None = None, db: str | None = None, pareto_memory: bool = False,
                     progress: SearchProgress | None = None, **keys: Any) -> SearchResult:
     """trainsim.search: keywords as trainsim.simulate takes them (model/cluster/simulation keys), strategy
