@@ -20,7 +20,7 @@ from .cli_replay import optimize_cmd, replay_cmd, scale_cmd
 from .cli_search import auto_note, auto_strategy, search_cmd, wants_search
 from .cli_sweep import sweep_cmd
 from .config import DEFAULT_JOB_TEXT, LayeredJob, apply_flags, describe_flags, dump_yaml, load_yaml, parse_job
-from .console import progress_bar
+from .console import PhaseProgress, progress_bar
 from .errors import ConfigError
 from .files import Outputs, OutputTarget, Payload, json_text, write_outputs
 from .limits import MAX_COLLECTIVE_CHUNKS, MAX_GPUS, PROGRESS_MIN_TASKS
@@ -187,7 +187,7 @@ def simulate(
     from .report.chrome_trace import chrome_trace_json
     from .report.summary import print_summary
 
-    with _ProgressBar() as bar:
+    with _simulate_bar() as bar:
         result = run_simulation(job, progress=bar)
     payloads: dict[OutputTarget | None, Payload] = {}
     if json_target is not None:
@@ -434,40 +434,17 @@ def _check_jobs(jobs: int | None) -> None:
         raise ConfigError("--jobs", f"must be >= 1, got {jobs}", "pass a worker count, or leave it out for the default")
 
 
-class _ProgressBar:
+def _simulate_bar() -> PhaseProgress:
     """api.simulate's progress callback: a transient rich bar on stderr (a terminal only) for jobs predicted to
     build at least PROGRESS_MIN_TASKS tasks (a few seconds); nothing for smaller ones."""
 
-    def __init__(self) -> None:
-        self._bar: Any = None
-        self._task: Any = None
-        self._phase = ""
+    def columns() -> tuple[Any, ...]:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        if self._bar is None:
-            if total < PROGRESS_MIN_TASKS:
-                return
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        return (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
+                TimeElapsedColumn())
 
-            bar = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                               TextColumn("tasks"), TimeElapsedColumn())
-            if bar.disable:
-                return
-            self._bar = bar
-            self._bar.start()
-        if self._task is None:
-            self._task = self._bar.add_task(phase, total=total)
-        elif phase != self._phase:
-            self._bar.reset(self._task, total=total, description=phase)
-        self._phase = phase
-        self._bar.update(self._task, completed=min(done, total), total=total)
-
-    def __enter__(self) -> _ProgressBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+    return PhaseProgress(columns, min_total=PROGRESS_MIN_TASKS)
 
 
 def _floats(text: str | None, flag: str) -> list[float] | None:

@@ -3,6 +3,7 @@ was pruned and why; and the auto-strategy `simulate` runs when no parallel degre
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .config import DEFAULT_JOB, load_yaml, parse_job
-from .console import progress_bar
+from .console import PhaseProgress
 from .errors import ConfigError
 from .files import Outputs, json_text, write_outputs
 
@@ -40,10 +41,10 @@ def parse_nodes(text: str | None, field: str = "--nodes") -> list[int] | None:
     return sorted(set(out))
 
 
-class SearchBar:
+def search_bar(quiet: bool) -> PhaseProgress:
     """The search's progress(what, done, total): a transient rich bar with ETA on a terminal's stderr."""
 
-    def __init__(self, quiet: bool) -> None:
+    def columns() -> tuple[Any, ...]:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -52,28 +53,10 @@ class SearchBar:
             TimeRemainingColumn,
         )
 
-        self.bar = progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), quiet=quiet)
-        self.task: Any = None
-        self.what = ""
+        return (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn())
 
-    def __call__(self, what: str, done: int, total: int) -> None:
-        if self.bar.disable:
-            return
-        if self.task is None:
-            self.bar.start()
-            self.task = self.bar.add_task(what, total=total)
-        elif what != self.what:
-            self.bar.reset(self.task, total=total, description=what)
-        self.what = what
-        self.bar.update(self.task, completed=min(done, total), total=total)
-
-    def __enter__(self) -> SearchBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.task is not None:
-            self.bar.stop()
+    return PhaseProgress(columns, quiet=quiet)
 
 
 def strategy_text(row: dict[str, Any]) -> str:
@@ -183,7 +166,8 @@ def search_cmd(
     top: Annotated[int, Opt(help="configurations in the table (found exactly: more costs more simulations)")] = 3,
     time_limit: Annotated[float | None, Opt("--time-limit", help="stop after this many seconds (the best so "
                                             "far, not proven)")] = None,
-    jobs: Annotated[int, Opt(help="local worker processes")] = 1,
+    jobs: Annotated[int | None, Opt(help="local worker processes (default: the CPU count, at most 8); with --ray, "
+                                          "Ray tasks in flight (default: the cluster's CPUs)")] = None,
     ray: Annotated[str | None, Opt(help="run on Ray: auto (a running cluster, else a local one) or an "
                                         "address (pip install 'trainsim[ray]')")] = None,
     db: Annotated[str | None, Opt(help="DuckDB file keeping every simulated configuration (resumable; pip "
@@ -234,9 +218,10 @@ def search_cmd(
     if tp_across_nodes:
         space.tp_across_nodes = True
     wall0 = time.perf_counter()
-    with SearchBar(quiet or json_target is not None and json_target.to_stdout) as bar:
+    with search_bar(quiet or json_target is not None and json_target.to_stdout) as bar:
+        workers = jobs if jobs is not None else 0 if ray is not None else max(1, min(8, os.cpu_count() or 1))
         result, gb = run_search(job, node_list, global_batch, space=space, top=top, time_limit_s=time_limit,
-                                jobs=jobs, ray=ray, db=db, exhaustive=exhaustive, pareto_memory=pareto_memory,
+                                jobs=workers, ray=ray, db=db, exhaustive=exhaustive, pareto_memory=pareto_memory,
                                 progress=bar)
     result.wall_s = time.perf_counter() - wall0
     if not quiet and not outs.to_stdout:
@@ -296,7 +281,7 @@ def auto_strategy(data: dict[str, Any], given: dict[str, Any], quiet: bool,
 
     space = SearchSpace(**fixed)
     gb = strat.get("global_batch") or default_global_batch(cl.world_size, _job_model(jc, 1).seq_len)
-    with SearchBar(quiet) as bar:
+    with search_bar(quiet) as bar:
         result, gb = run_search(job, [nodes], gb, space=space, top=1,
                                 time_limit_s=AUTO_TIME_LIMIT_S if time_limit_s is None else time_limit_s,
                                 progress=bar)
