@@ -50,15 +50,12 @@ def _search(space: SearchSpace | None, jobs: int, top: int, exhaustive: bool = F
 
 def _check_bounds(sample: int) -> int:
     import trainsim.api as api
-    from trainsim.config import parse_job
     from trainsim.optimize.bounds import BoundModel
     from trainsim.optimize.evaluate import evaluate
     from trainsim.optimize.space import enumerate_space
 
     base = {**JOB, "cluster": {**JOB["cluster"], "nodes": NODES}, "simulation": {}}
-    jc = parse_job({**base, "strategy": {}})
-    cl = api._cluster(jc)
-    model = api._job_model(jc, 1)
+    cl, model = api.cluster_and_model(base)
     cands = enumerate_space(SearchSpace(), model, cl.world_size, cl.gpus_per_node, GLOBAL_BATCH).candidates
     bm = BoundModel(base, model, cl)
     bad, worst_t, worst_m = 0, 0.0, 0.0

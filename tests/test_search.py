@@ -39,9 +39,8 @@ TIGHT_SPACE = SearchSpace(micro_batch=[1, 4], vpp=[1], cp=[1], recompute=["none"
 def _setup(job: dict, nodes: int) -> tuple[dict, object, object]:
     base = {**{k: dict(v) for k, v in job.items()}, "simulation": {}}
     base["cluster"]["nodes"] = nodes
-    jc = parse_job({**base, "strategy": {}})
-    cl = api._cluster(jc)
-    return base, api._job_model(jc, 1), cl
+    cl, model = api.cluster_and_model(base)
+    return base, model, cl
 
 
 def _key(row: dict) -> tuple:

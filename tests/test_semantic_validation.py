@@ -149,7 +149,7 @@ def test_api_refuses_with_a_config_error(kwargs: dict[str, Any], pattern: str) -
 
 def test_api_keywords_go_to_their_section() -> None:
     """gpu/topology/comm_model/scheduler/... are cluster and simulation keys, not model.X."""
-    from trainsim.api import _job_from_keywords, keyword_sections
+    from trainsim.api import job_from_keywords, keyword_sections
 
     routes = keyword_sections()
     for spec, section in ((ModelSpec, "model"), (ClusterSpec, "cluster"), (StrategySpec, "strategy"),
@@ -157,7 +157,7 @@ def test_api_keywords_go_to_their_section() -> None:
         for key in spec.model_fields:
             if key != "name":
                 assert routes[key] == section, key
-    data = _job_from_keywords("gpt2", "dgx-a100", None, {
+    data = job_from_keywords("gpt2", "dgx-a100", None, {
         "gpu": "h100", "topology": "Switch(8)", "bandwidth_gbps": [300.0], "latency_ns": [500.0],
         "comm_model": "analytical", "scheduler": "themis", "attention": "unfused", "hf_config": Path("x.json"),
         "tp": 2, "dtype": "bf16"})

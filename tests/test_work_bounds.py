@@ -147,7 +147,7 @@ def test_task_prediction_tracks_the_built_graph(job: dict[str, Any]) -> None:
     per rank class taking part (len(graph) outside exact mode; measured: 0.9x to 1.25x)."""
     kw = {"cluster": "dgx-a100", "nodes": 1, **job}
     r = api.simulate(**kw)
-    tree = api.strategy_tree(api._job_from_keywords(kw.pop("model"), kw.pop("cluster"), kw.pop("strategy"), kw))
+    tree = api.strategy_tree(api.job_from_keywords(kw.pop("model"), kw.pop("cluster"), kw.pop("strategy"), kw))
     est = predict_tasks(tree, exact=job.get("exact", False), granularity=job.get("granularity", "auto"))
     slots = sum(len(p) for p in r.graph.participants)
     assert 0.5 <= est.tasks / slots <= 2.0, (est, slots, len(r.graph))

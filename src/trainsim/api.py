@@ -221,7 +221,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict
     # docstring: trainsim.simulate's, assigned below (one text; help() shows it without importing this)
     wall0 = time.perf_counter()
     if job is None:
-        job = parse_job(_job_from_keywords(model, cluster, strategy, options))
+        job = parse_job(job_from_keywords(model, cluster, strategy, options))
     else:
         given = [k for k, v in (("model", model), ("cluster", cluster), ("strategy", strategy)) if v is not None]
         given += list(options)
@@ -246,9 +246,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict
                 update={"nodes": max(1, -(-tree.mesh.world_size // gpn))})})
         cl = _cluster(job)
     else:
-        cl = _cluster(job)
-        spec = _spec(job, cl.world_size)
-        tree = build_strategy(_job_model(job, spec.micro_batch * spec.dp), spec)
+        cl, spec, tree = job_tree(job)
     return _run_tree(tree, cl, job.simulation, spec, wall0, progress)
 
 
@@ -266,8 +264,10 @@ def keyword_sections() -> dict[str, str]:
     return {k: v[0] for k, v in seen.items() if len(v) == 1}
 
 
-def _job_from_keywords(model: Any, cluster: Any, strategy: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """The nested job dict `simulate`'s keywords describe; wrong types and unknown keywords are ConfigErrors."""
+def job_from_keywords(model: Any, cluster: Any, strategy: Any, options: dict[str, Any],  # noqa: ANN401
+                      caller: str = "simulate") -> dict[str, Any]:
+    """The nested job dict `simulate`'s (or `caller`'s) keywords describe; wrong types and unknown keywords
+    are ConfigErrors."""
     data: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
     for section, value, what in (("model", model, "a model name"), ("cluster", cluster, "a cluster preset name"),
                                  ("strategy", strategy, None)):
@@ -286,13 +286,27 @@ def _job_from_keywords(model: Any, cluster: Any, strategy: Any, options: dict[st
         section = routes.get(key)
         if section is None:
             close = difflib.get_close_matches(key, [*routes, "job", "model", "cluster", "strategy"], n=3)
-            raise ConfigError(key, "is not a simulate() keyword",
+            raise ConfigError(key, f"is not a {caller}() keyword",
                               f"did you mean {' or '.join(close)}?" if close else
-                              "use the keys of the model/cluster/strategy/simulation sections (help(trainsim.simulate))")
+                              f"use the keys of the model/cluster/strategy/simulation sections (help(trainsim.{caller}))")
         if key in data[section]:
             raise ConfigError(f"{section}.{key}", f"given twice (as {key}= and inside {section}=)", "pass it once")
         data[section][key] = os.fspath(value) if isinstance(value, os.PathLike) else value
     return data
+
+
+def job_tree(job: JobConfig) -> tuple[Cluster, ParallelSpec, StrategyTree]:
+    """The cluster, preset knobs and strategy tree of a job given by its strategy keys (not a tree file)."""
+    cl = _cluster(job)
+    spec = _spec(job, cl.world_size)
+    return cl, spec, build_strategy(_job_model(job, spec.micro_batch * spec.dp), spec)
+
+
+def cluster_and_model(job: JobConfig | dict[str, Any]) -> tuple[Cluster, Model]:
+    """A job's cluster and model (one sample per replica: for their shapes), whatever its strategy; what a
+    strategy search needs before it chooses one."""
+    job = parse_job({**job, "strategy": {}}) if isinstance(job, dict) else job
+    return _cluster(job), _job_model(job, 1)
 
 
 def strategy_tree(job: JobConfig | dict[str, Any]) -> StrategyTree:
@@ -300,8 +314,7 @@ def strategy_tree(job: JobConfig | dict[str, Any]) -> StrategyTree:
     job = parse_job(job) if isinstance(job, dict) else job
     if job.strategy.tree is not None:
         return _tree_from_file(job)
-    spec = _spec(job, _cluster(job).world_size)
-    return build_strategy(_job_model(job, spec.micro_batch * spec.dp), spec).resolve()
+    return job_tree(job)[2].resolve()
 
 
 def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int | None = None,

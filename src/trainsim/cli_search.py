@@ -265,10 +265,9 @@ def auto_strategy(data: dict[str, Any], given: dict[str, Any], quiet: bool,
 
     strat = {k: v for k, v in given.items() if v is not None}
     job = {k: dict(data.get(k) or {}) for k in ("model", "cluster", "simulation")}
-    jc = parse_job({**job, "strategy": {}})
-    from .api import _cluster, _job_model
+    from .api import cluster_and_model
 
-    cl = _cluster(jc)
+    cl, model = cluster_and_model(job)
     nodes = cl.world_size // cl.gpus_per_node if cl.world_size >= cl.gpus_per_node else 1
     fixed: dict[str, list] = {}
     for key in ("recompute", "micro_batch", "sequence_parallel", "schedule", "overlap_grad_reduce",
@@ -280,7 +279,7 @@ def auto_strategy(data: dict[str, Any], given: dict[str, Any], quiet: bool,
     from .optimize.space import SearchSpace
 
     space = SearchSpace(**fixed)
-    gb = strat.get("global_batch") or default_global_batch(cl.world_size, _job_model(jc, 1).seq_len)
+    gb = strat.get("global_batch") or default_global_batch(cl.world_size, model.seq_len)
     with search_bar(quiet) as bar:
         result, gb = run_search(job, [nodes], gb, space=space, top=1,
                                 time_limit_s=AUTO_TIME_LIMIT_S if time_limit_s is None else time_limit_s,
@@ -290,7 +289,7 @@ def auto_strategy(data: dict[str, Any], given: dict[str, Any], quiet: bool,
         raise ConfigError("--search-time-limit", f"the strategy search found nothing that fits in {result.wall_s:.0f} s "
                           f"({result.evaluated} simulated)", "raise --search-time-limit, or give the degrees (--tp/--pp)")
     if best is None:
-        raise ConfigError("strategy", f"no strategy fits {jc.model.name} in the memory of {cl.world_size} "
+        raise ConfigError("strategy", f"no strategy fits {model.name} in the memory of {cl.world_size} "
                           f"{cl.device.name} GPUs ({result.evaluated} simulated, the rest bounded out)",
                           "add nodes (--nodes), lower --global-batch or --seq-len, or give the degrees (--tp/--pp)")
     chosen = {**result.entry(best)["strategy"], "global_batch": gb}

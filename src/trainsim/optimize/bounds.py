@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..api import _cluster, _job_model, _spec, costed_program
+from ..api import costed_program, job_tree
 from ..compile.program import Step, Stream
 from ..config import JobConfig, parse_job
 from ..cost.annotate import optimizer_time
 from ..cost.memory import RUNTIME_RESERVED_BYTES
 from ..errors import ConfigError
 from ..hardware.cluster import Cluster
-from ..strategy.presets import _chunk_assignment, build_strategy, stage_layers
+from ..strategy.presets import ParallelSpec, chunk_assignment, stage_layers
 from ..strategy.schedules import schedule_order
 from ..workload.ir import Model
 from .space import Candidate
@@ -124,9 +124,7 @@ class BoundModel:
                                "overlap_param_gather": c.overlap_param_gather, "cp_comm": c.cp_comm, **over}
             try:
                 jc: JobConfig = parse_job(job)
-                clu = _cluster(jc)
-                spec = _spec(jc, clu.world_size)
-                tree = build_strategy(_job_model(jc, spec.micro_batch * spec.dp), spec)
+                clu, _, tree = job_tree(jc)
                 costed = costed_program(tree, clu, jc.simulation)
             except ConfigError as exc:
                 if not exc.field.startswith(("strategy", "cluster")):
@@ -199,9 +197,8 @@ class BoundModel:
         """Reduced-model layer names of each pipeline chunk's layers, in forward order."""
         key = (c.pp, c.vpp)
         if key not in self._assign:
-            from ..strategy.presets import ParallelSpec
             spec = ParallelSpec(pp=c.pp, vpp=c.vpp)
-            chunk_of = _chunk_assignment(self.model, c.pp * c.vpp, stage_layers(self.model, spec))
+            chunk_of = chunk_assignment(self.model, c.pp * c.vpp, stage_layers(self.model, spec))
             out: list[list[str]] = [[] for _ in range(c.pp * c.vpp)]
             for la in self.model.layers:
                 out[chunk_of[la.name]].append("block" if la.kind == "transformer" else la.name)

@@ -21,11 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api import _cluster, _job_model
-from ..config import parse_job
+from ..api import cluster_and_model, job_from_keywords
 from ..errors import ConfigError
 from .bounds import BoundModel
-from .space import PRUNE_REASONS, Candidate, SearchSpace, enumerate_space
+from .space import PRUNE_REASONS, Candidate, SearchSpace, enumerate_space, strategy_section
 
 BOUND_MARGIN = 0.005  # a bound within 0.5% of the k-th best is simulated anyway (float and attribution slack)
 FRONT_WINDOW = 0.10  # the throughput / memory-headroom front is exact down to 90% of the best throughput
@@ -43,7 +42,6 @@ class NodesResult:
     nodes: int
     n_gpus: int
     space: int
-    candidates: int
     rows: list[dict[str, Any]]  # every simulated configuration (evaluate's rows, best first)
     pruned: Counter
     proven: bool  # False when the time limit stopped it before the bound did
@@ -65,7 +63,6 @@ class SearchResult:
     wall_s: float
     reduced_jobs: int = 0
     front_exact: bool = False  # the memory-headroom front was completed (pareto_memory), not just read off
-    strategy_keys: tuple[str, ...] = field(default=tuple(Candidate.__dataclass_fields__))
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -123,12 +120,7 @@ class SearchResult:
 
     def entry(self, row: dict[str, Any]) -> dict[str, Any]:
         """A row as the JSON gives it: the strategy as the job YAML writes it, plus the results."""
-        strat = {k: row[k] for k in self.strategy_keys if k in row}
-        if strat.get("vpp", 1) > 1:
-            strat["schedule"] = "interleaved"
-        if strat.get("cp", 1) == 1:
-            strat.pop("cp_comm", None)
-        return {"strategy": strat, "nodes": row.get("nodes"), "n_gpus": row.get("n_gpus"),
+        return {"strategy": strategy_section(row), "nodes": row.get("nodes"), "n_gpus": row.get("n_gpus"),
                 **{k: row.get(k) for k in RESULT_KEYS}}
 
     def to_json(self) -> dict[str, Any]:
@@ -231,9 +223,7 @@ class _NodeSearch:
         self.base, self.nodes, self.top, self.width = base, nodes, top, width
         self.beat_s = beat_s
         self.run_batch, self.deadline, self.exhaustive, self.progress = run_batch, deadline, exhaustive, progress
-        jc = parse_job({**base, "strategy": {}})
-        self.cluster = _cluster(jc)
-        self.model = _job_model(jc, 1)
+        self.cluster, self.model = cluster_and_model(base)
         self.tokens = global_batch * (self.model.seq_len or 1)
         self.en = enumerate_space(space, self.model, self.cluster.world_size, self.cluster.gpus_per_node,
                                   global_batch)
@@ -310,7 +300,7 @@ class _NodeSearch:
             self.pruned["throughput_bound" if proven else "time_limit"] += left
         self.rows.sort(key=rank_key)
         open_bounds = sorted(lb for i, (lb, _, _) in enumerate(self.scored) if not self.done[i])
-        return NodesResult(self.nodes, self.cluster.world_size, self.en.space_size, len(cands), self.rows,
+        return NodesResult(self.nodes, self.cluster.world_size, self.en.space_size, self.rows,
                            self.pruned, proven, open_bounds)
 
 
@@ -408,8 +398,8 @@ def run_search(job: dict[str, Any], nodes: list[int], global_batch: int | None, 
         raise ConfigError("--global-batch", f"must be a whole number, got {global_batch!r}",
                           "pass sequences per iteration")
     if global_batch is None:
-        jc = parse_job({**_base_job(job, max(nodes)), "strategy": {}})
-        global_batch = default_global_batch(_cluster(jc).world_size, _job_model(jc, 1).seq_len)
+        cl, model = cluster_and_model(_base_job(job, max(nodes)))
+        global_batch = default_global_batch(cl.world_size, model.seq_len)
     elif global_batch < 1:
         raise ConfigError("--global-batch", f"must be >= 1, got {global_batch}", "pass sequences per iteration")
     store = None
@@ -435,25 +425,11 @@ def search_keywords(model: str | dict[str, Any] | None = None, cluster: str | di
                     progress: SearchProgress | None = None, **keys: Any) -> SearchResult:
     """trainsim.search: keywords as trainsim.simulate takes them (model/cluster/simulation keys), strategy
     keys excepted (the search chooses them)."""
-    from ..api import keyword_sections
-
-    job: dict[str, dict[str, Any]] = {"model": {}, "cluster": {}, "simulation": {}}
-    for section, value in (("model", model), ("cluster", cluster)):
-        if isinstance(value, dict):
-            job[section].update(value)
-        elif isinstance(value, str):
-            job[section]["name"] = value
-        elif value is not None:
-            raise ConfigError(section, f"must be a name or a dict of {section} keys, not {type(value).__name__}",
-                              f"e.g. {section}='{'gpt3-1.3b' if section == 'model' else 'dgx-a100'}'")
-    routes = keyword_sections()
-    for key, value in keys.items():
-        section = routes.get(key)
-        if section is None or section == "strategy":
-            raise ConfigError(key, "is not a search keyword" + (" (the search chooses the strategy)"
-                                                                if section == "strategy" else ""),
-                              "use model/cluster/simulation keys, or space={...} to restrict the strategy")
-        job[section][key] = value
+    job = job_from_keywords(model, cluster, None, keys, caller="search")
+    chosen = job.pop("strategy")
+    if chosen:
+        raise ConfigError(next(iter(chosen)), "is not a search keyword (the search chooses the strategy)",
+                          "use model/cluster/simulation keys, or space={...} to restrict the strategy")
     if not job["model"]:
         job["model"] = {"name": "gpt3-175b", "seq_len": 2048}
     if not job["cluster"]:
@@ -463,7 +439,7 @@ def search_keywords(model: str | dict[str, Any] | None = None, cluster: str | di
     node_list = [nodes] if isinstance(nodes, int) else list(nodes)
     if any(isinstance(n, bool) or not isinstance(n, int) for n in node_list):
         raise ConfigError("nodes", f"must be node counts, got {nodes!r}", "e.g. nodes=8 or nodes=[8, 16]")
-    parse_job({**job, "strategy": {}})
+    cluster_and_model(job)  # the job's keys checked before any search work
     sp = space if isinstance(space, SearchSpace) else parse_space(space, "space")
     result, _ = run_search(job, sorted(set(node_list)), global_batch, space=sp, top=top, time_limit_s=time_limit_s,
                            jobs=jobs, ray=ray, db=db, pareto_memory=pareto_memory, progress=progress)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from itertools import product
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,11 +79,18 @@ class Candidate:
 
     def strategy(self) -> dict[str, object]:
         """The job YAML's strategy section for this configuration."""
-        out = asdict(self)
-        out["schedule"] = "interleaved" if self.vpp > 1 else self.schedule
-        if self.cp == 1:
-            del out["cp_comm"]
-        return out
+        return strategy_section(asdict(self))
+
+
+def strategy_section(values: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's knobs (a Candidate's fields, or the same columns of a results row) as the job YAML's
+    strategy section: vpp > 1 runs the interleaved schedule, cp_comm only where there is context parallelism."""
+    out = {k: values[k] for k in Candidate.__dataclass_fields__ if k in values}
+    if (out.get("vpp") or 1) > 1:
+        out["schedule"] = "interleaved"
+    if (out.get("cp") or 1) == 1:
+        out.pop("cp_comm", None)
+    return out
 
 
 def _powers(limit: int) -> list[int]:
@@ -199,7 +205,3 @@ def _inner_reason(tp: int, pp: int, dp: int, cp: int, vpp: int, sp: bool, zero: 
     if dp * cp == 1 and (zero or not ogr):
         return "duplicate"
     return None
-
-
-def iter_reasons() -> Iterator[tuple[str, str]]:
-    yield from PRUNE_REASONS.items()

@@ -139,7 +139,7 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
 def stage_layers(model: Model, p: ParallelSpec) -> list[int] | None:
     """Transformer layers per pipeline stage with the first and/or last stage set apart (Megatron's
     --decoder-first/last-pipeline-num-layers): the other stages share the rest evenly, as Megatron requires.
-    None when neither is set (the even split of `_chunk_assignment`)."""
+    None when neither is set (the even split of `chunk_assignment`)."""
     if p.first_stage_layers is None and p.last_stage_layers is None:
         return None
     n_blocks = sum(1 for la in model.layers if la.kind == "transformer")
@@ -214,7 +214,7 @@ def _even_counts(blocks: int, chunks: int) -> list[int]:
     return counts
 
 
-def _chunk_assignment(model: Model, chunks: int, counts: list[int] | None = None) -> dict[str, int]:
+def chunk_assignment(model: Model, chunks: int, counts: list[int] | None = None) -> dict[str, int]:
     """Contiguous chunk per layer: transformer blocks evenly (or `counts` per chunk), embedding first, head
     last; else FLOP-balanced."""
     layers = model.layers
@@ -262,7 +262,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.schedule_set = True
     tree.root.recompute_mode = p.recompute
     tree.root.shard_items = frozenset(ZERO_ITEMS[p.zero])
-    chunk_of = _chunk_assignment(model, p.pp * p.vpp, stage_layers(model, p))
+    chunk_of = chunk_assignment(model, p.pp * p.vpp, stage_layers(model, p))
     for node in tree.root.walk():
         layer: Layer | None = node.layer
         if layer is None:
