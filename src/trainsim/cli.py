@@ -235,6 +235,8 @@ def validate(
                                   "vTrain: tp, pp, gpus; collectives: hardware, collective, nodes")] = None,
     quiet: Annotated[bool, Opt("-q", "--quiet", help="print only the summary line (and the --by "
                                                      "table)")] = False,
+    semantics: Annotated[str | None, Opt(help="ASTRA-sim reference files: predict in ASTRA-sim's semantics (astra, "
+                                         "the default there) or NCCL's (nccl: shows the gap, by term)")] = None,
 ) -> None:
     """Compare predictions with published measurements, row by row, and summarise the error."""
 
@@ -254,8 +256,13 @@ def validate(
         from .cost.calibration import load_calibration
 
         load_calibration(calibration)  # validate it up front: one clear error, not one per row
+    if semantics not in (None, "astra", "nccl"):
+        raise ConfigError("--semantics", f"'{semantics}' is unknown", "use astra or nccl")
     header, rows = read_rows(cases)
     kind = detect_kind(header)
+    if semantics is not None and kind != "astra_reference":
+        raise ConfigError("--semantics", f"applies to ASTRA-sim reference files, not {kind}",
+                          "drop --semantics (set simulation.semantics in a job to simulate in ASTRA-sim's)")
     by_cols = runner.resolve_columns(kind, header, by, "--by") if by is not None else []
     split = (lambda x: {t.strip() for t in x.split(",") if t.strip()} if x else None)  # noqa: E731
     idx, rows = filter_rows(kind, rows, split(tier), split(subset))
@@ -264,7 +271,8 @@ def validate(
     cal = calibration
     with progress_bar(quiet=quiet) as bar:
         task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
-        report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx)
+        report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx,
+                          semantics=semantics or "astra")
     if by_cols:
         label = runner.file_label(kind, cases)
         keys = {i: runner.group_key(r, by_cols, label) for i, r in zip(idx, rows, strict=True)}

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 from ..hardware.cluster import Level
 from ..hardware.topology import fanouts
+from .semantics import NCCL, Semantics, algorithm_steps, links_per_npu, phase_ns, whole
 
 BLOCK_ALGORITHM = {"ring": "ring", "fc": "direct", "switch": "halving_doubling", "bus": "ring"}
 """Default topology-aware algorithm of each building block (ASTRA-sim 2.0 Table I)."""
 
 ALGORITHMS: tuple[str, ...] = ("ring", "direct", "halving_doubling", "double_binary_tree", "in_switch")
-SWITCH_ONLY: frozenset[str] = frozenset({"halving_doubling", "double_binary_tree", "in_switch"})
-HOPS_PER_STEP = {"ring": 1, "direct": 1, "halving_doubling": 2, "double_binary_tree": 2, "in_switch": 2}
+SWITCH_ONLY: frozenset[str] = frozenset({"in_switch"})
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                                 "reduce", "send_recv")
 SCHEDULERS: tuple[str, ...] = ("baseline", "themis")
@@ -124,9 +124,10 @@ class Dimension:
 
     kind: str
     size: int
-    bandwidth_gbps: float
+    bandwidth_gbps: float  # the NPU's, per direction, over all its links in this dimension
     latency_s: float
     algorithm: str
+    links: int = 1  # links per NPU per direction (one per peer on FC): a link carries bandwidth / links
 
     @classmethod
     def of(cls, level: Level, algorithm: str | None = None, size: int | None = None) -> Dimension:
@@ -136,11 +137,18 @@ class Dimension:
         if algo in SWITCH_ONLY and level.kind != "switch":
             raise ValueError(f"algorithm '{algo}' needs a Switch dimension, not {level.kind}: use "
                              f"'{BLOCK_ALGORITHM[level.kind]}' there")
-        return cls(level.kind, level.size if size is None else size, level.bandwidth_gbps, level.latency_s, algo)
+        return cls(level.kind, level.size if size is None else size, level.bandwidth_gbps, level.latency_s, algo,
+                   links_per_npu(level.kind, level.size))
+
+    @property
+    def link_gbps(self) -> float:
+        return self.bandwidth_gbps / self.links
 
 
-def _stages(op: str, order: Sequence[int]) -> list[tuple[int, str]]:
+def _stages(op: str, order: Sequence[int], local_bw_aware: bool = True) -> list[tuple[int, str]]:
     """(dimension, phase) sequence of one chunk, given its reduce-scatter order of dimensions."""
+    if op == "all_reduce" and not local_bw_aware:  # ASTRA-sim's collective-optimization "baseline"
+        return [(d, "ar") for d in order]
     if op == "all_reduce":
         *up, top = order
         return [(d, "rs") for d in up] + [(top, "ar")] + [(d, "ag") for d in reversed(up)]
@@ -155,13 +163,14 @@ def _stages(op: str, order: Sequence[int]) -> list[tuple[int, str]]:
     raise ValueError(f"unknown collective '{op}'")
 
 
-def _chunk_phases(op: str, dims: Sequence[Dimension], order: Sequence[int],
-                  chunk_bytes: float) -> list[tuple[int, float, float, float]]:
-    """(dimension, busy seconds, latency seconds, bytes sent) per stage of one chunk.
+def _chunk_phases(op: str, dims: Sequence[Dimension], order: Sequence[int], chunk_bytes: float,
+                  sem: Semantics = NCCL) -> list[tuple[int, float, float, float]]:
+    """(dimension, busy seconds, delay seconds, bytes sent) per stage of one chunk.
 
     Reduce-scatter phases shrink the buffer by the dimension's size, all-gather phases grow it back;
-    each phase is priced on its full per-NPU buffer (`phase_cost`'s convention)."""
-    stages = _stages(op, order)
+    each phase is priced on its full per-NPU buffer (`phase_cost`'s convention), step by step under
+    the semantics (`semantics.phase_ns`)."""
+    stages = _stages(op, order, sem.local_bw_aware)
     out: list[tuple[int, float, float, float]] = []
     data = chunk_bytes
     if op == "all_gather":  # the chunk is the gathered output: start from the per-NPU input
@@ -169,16 +178,18 @@ def _chunk_phases(op: str, dims: Sequence[Dimension], order: Sequence[int],
     for d, ph in stages:
         if ph == "ag":
             data *= dims[d].size
-        out.append(_priced(dims[d], d, ph, data))
+        out.append(_priced(dims[d], d, ph, data, sem))
         if ph == "rs":
             data /= dims[d].size
     return out
 
 
-def _priced(dim: Dimension, d: int, phase: str, data: float) -> tuple[int, float, float, float]:
-    """The link is busy for the bytes; the step latencies delay the chunk but not the link (propagation)."""
-    sent, steps = phase_cost(dim.algorithm, phase, dim.size, data)
-    return d, sent / (dim.bandwidth_gbps * 1e9), steps * HOPS_PER_STEP[dim.algorithm] * dim.latency_s, sent
+def _priced(dim: Dimension, d: int, phase: str, data: float, sem: Semantics) -> tuple[int, float, float, float]:
+    """One phase: under NCCL semantics the link is busy for the bytes and the step latencies delay only
+    the chunk (propagation); under ASTRA's the chunk holds the dimension for every step."""
+    steps = algorithm_steps(dim.algorithm, phase, dim.kind, dim.size, data, sem)
+    busy, delay, sent = phase_ns(dim.kind, dim.size, dim.link_gbps, dim.bandwidth_gbps, dim.latency_s * 1e9, steps, sem)
+    return d, busy * 1e-9, delay * 1e-9, sent
 
 
 def _themis_order(load_s: Sequence[float]) -> list[int]:
@@ -188,8 +199,9 @@ def _themis_order(load_s: Sequence[float]) -> list[int]:
 
 
 def run_collective(op: str, size_bytes: float, dims: Sequence[Dimension], scheduler: str = "baseline",
-                   chunks: int = DEFAULT_CHUNKS) -> CollectiveResult:
-    """Time one collective over `dims` (innermost first); see the module docstring for the model."""
+                   chunks: int = DEFAULT_CHUNKS, semantics: Semantics = NCCL) -> CollectiveResult:
+    """Time one collective over `dims` (innermost first); see the module docstring for the model and
+    `semantics` for the NCCL-like and ASTRA-sim settings of its terms."""
     if op not in COLLECTIVES or op == "send_recv":
         raise ValueError(f"collective '{op}' is not one of {', '.join(c for c in COLLECTIVES if c != 'send_recv')}")
     if scheduler not in SCHEDULERS:
@@ -203,52 +215,88 @@ def run_collective(op: str, size_bytes: float, dims: Sequence[Dimension], schedu
             DimResult(i, d.kind, d.size, d.algorithm, 0.0, 0.0, d.bandwidth_gbps, d.latency_s)
             for i, d in enumerate(dims)))
     chunk_bytes = size_bytes / chunks
+    if semantics.truncate_ns:  # ASTRA-sim's sizes are whole bytes (its all-gather chunk: whole bytes per rank)
+        per = npus if op == "all_gather" else 1
+        chunk_bytes = whole(size_bytes / per / chunks) * per
+    if semantics.chunk_floor_npus and op != "all_gather" and chunk_bytes < npus:
+        chunk_bytes = float(npus)  # ASTRA-sim raises a chunk below npus bytes to npus bytes
+    if semantics.astra_tree and any(dims[i].algorithm == "double_binary_tree" for i in active):
+        from .astra_tree import tree_collective
+
+        return tree_collective(op, size_bytes, dims, active, chunks, chunk_bytes, semantics)
     load = [0.0] * len(dims)
     sent = [0.0] * len(dims)
     plans: list[list[tuple[int, float, float, float]]] = []
-    base = _chunk_phases(op, dims, active, chunk_bytes) if scheduler == "baseline" else None
+    base = _chunk_phases(op, dims, active, chunk_bytes, semantics) if scheduler == "baseline" else None
     for _ in range(chunks):
         if base is not None:
             plan = base
         else:
             order = [active[j] for j in _themis_order([load[i] for i in active])]
-            plan = _chunk_phases(op, dims, order, chunk_bytes)
+            plan = _chunk_phases(op, dims, order, chunk_bytes, semantics)
         for d, busy, _lat, b in plan:
             load[d] += busy
             sent[d] += b
         plans.append(plan)
-    time_s = _pipeline(plans, len(dims), smallest_first=scheduler == "themis")
+    queue_of = _queue_allocation(op, plans, semantics.queues_per_dim, semantics.local_bw_aware)
+    capacity = math.ceil(semantics.active_chunks_per_dim / semantics.queues_per_dim)
+    time_s = _pipeline(plans, queue_of, smallest_first=scheduler == "themis", capacity=capacity)
     per_dim = tuple(DimResult(i, d.kind, d.size, d.algorithm, sent[i], load[i], d.bandwidth_gbps, d.latency_s)
                     for i, d in enumerate(dims))
     return CollectiveResult(op, size_bytes, npus, time_s, per_dim)
 
 
-def _pipeline(plans: list[list[tuple[int, float, float, float]]], n_dims: int, smallest_first: bool) -> float:
-    """Finish time when chunks flow through their stages and each dimension transmits one phase at a
-    time (non-preemptive); a phase's step latencies delay only its chunk. A free dimension takes the
-    earliest-arrived phase (FIFO) or, with `smallest_first`, the shortest one (Themis' intra-dimension
-    smallest-chunk-first policy, which keeps the other dimensions fed)."""
-    queues: list[list[tuple[float, float, int, int]]] = [[] for _ in range(n_dims)]
-    idle = [True] * n_dims
-    events = [(0.0, 0, c, 0) for c in range(len(plans))]  # (time, kind 0 = stage ready / 1 = dim free, ...)
-    heapq.heapify(events)
+def _queue_allocation(op: str, plans: list[list[tuple[int, float, float, float]]], queues: int,
+                      local_bw_aware: bool = True) -> list[list[tuple[int, int]]]:
+    """(dimension, queue) of each phase of each chunk: ASTRA-sim hands a dimension's queues round-robin
+    to the chunks, an all-reduce's reduce-scatter and all-reduce phases to the first half and its
+    all-gather phases to the second half (one queue: every phase of a dimension shares it)."""
+    if queues == 1:
+        return [[(d, 0) for d, *_ in plan] for plan in plans]
+    first, last = max(1, queues // 2), queues - queues // 2
+    out = []
+    for c, plan in enumerate(plans):
+        row = []
+        top = len(plan) // 2 if local_bw_aware else len(plan)  # the all-reduce phase: the turning point
+        for j, (d, *_) in enumerate(plan):
+            if op != "all_reduce":
+                row.append((d, c % queues))
+            elif j <= top:
+                row.append((d, c % first))
+            else:
+                row.append((d, queues // 2 + c % last))
+        out.append(row)
+    return out
+
+
+def _pipeline(plans: list[list[tuple[int, float, float, float]]], queue_of: list[list[tuple[int, int]]],
+              smallest_first: bool, capacity: int = 1) -> float:
+    """Finish time when chunks flow through their stages and each queue serves `capacity` phases at a
+    time (non-preemptive; with one queue per dimension, one phase per dimension); a phase's delay holds
+    only its chunk. A free queue takes the earliest-arrived phase (FIFO) or, with `smallest_first`, the
+    shortest one (Themis' intra-dimension smallest-chunk-first policy, which keeps the other dimensions fed)."""
+    waiting: dict[tuple[int, int], list[tuple[float, float, int, int]]] = {}
+    free: dict[tuple[int, int], int] = {}
+    events: list[tuple[float, int, int, int, tuple[int, int]]] = [(0.0, 0, c, 0, queue_of[c][0])
+                                                                  for c in range(len(plans))]
+    heapq.heapify(events)  # (time, kind 0 = stage ready / 1 = queue free, chunk, stage, queue)
     finish = 0.0
     while events:
-        now, kind, a, b = heapq.heappop(events)
+        now, kind, a, b, q = heapq.heappop(events)
         if kind == 0:
-            d, busy, _, _ = plans[a][b]
-            heapq.heappush(queues[d], ((busy if smallest_first else now), now, a, b))
+            busy = plans[a][b][1]
+            heapq.heappush(waiting.setdefault(q, []), ((busy if smallest_first else now), now, a, b))
         else:
-            d = a
-            idle[d] = True
-        if idle[d] and queues[d]:
-            _, _, c, j = heapq.heappop(queues[d])
+            free[q] = free.get(q, capacity) + 1
+        queue = waiting.get(q)
+        while queue and free.get(q, capacity):
+            _, _, c, j = heapq.heappop(queue)
             _, busy, lat, _ = plans[c][j]
-            idle[d] = False
-            heapq.heappush(events, (now + busy, 1, d, 0))
+            free[q] = free.get(q, capacity) - 1
+            heapq.heappush(events, (now + busy, 1, c, j, q))
             end = now + busy + lat
             if j + 1 < len(plans[c]):
-                heapq.heappush(events, (end, 0, c, j + 1))
+                heapq.heappush(events, (end, 0, c, j + 1, queue_of[c][j + 1]))
             elif end > finish:
                 finish = end
     return finish
@@ -294,6 +342,7 @@ class AnalyticalComm:
     scheduler: str = "baseline"
     chunks: int = DEFAULT_CHUNKS
     algorithms: dict[int, str] = field(default_factory=dict)
+    semantics: Semantics = NCCL
 
     def dims_for(self, ranks: Sequence[int]) -> list[Dimension]:
         return [Dimension.of(lv, self.algorithms.get(i), size=f)
@@ -305,7 +354,8 @@ class AnalyticalComm:
             if len(ranks) < 2:
                 return CollectiveResult("send_recv", size_bytes, len(ranks), 0.0)
             return send_recv(size_bytes, [Dimension.of(lv) for lv in self.levels], ranks[0], ranks[1])
-        return run_collective(collective, size_bytes, self.dims_for(ranks), self.scheduler, self.chunks)
+        return run_collective(collective, size_bytes, self.dims_for(ranks), self.scheduler, self.chunks,
+                              self.semantics)
 
     def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float:
         if len(set(group)) <= 1 or size_bytes <= 0:

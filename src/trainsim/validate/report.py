@@ -66,6 +66,24 @@ def print_validation(report: ValidationReport, console: Console | None = None, s
     if report.groups:
         con.print(f"ranking over {len(report.groups)} group(s) (throughput, size-weighted): "
                   f"Spearman {_fmt(s['spearman'])}  Kendall {_fmt(s['kendall'])}")
+    if report.semantics:
+        con.print(f"predicted in {report.semantics} semantics" + (
+            "" if report.semantics == "nccl" else " (--semantics nccl: trainsim's NCCL-like model and the gap)"))
+    if report.semantics == "nccl":
+        print_gap_terms(report, con)
+
+
+def print_gap_terms(report: ValidationReport, console: Console | None = None) -> None:
+    """ASTRA-sim reference rows predicted as NCCL: how much of each row's gap each ASTRA-sim term makes."""
+    con = console or Console()
+    t = Table(title="ASTRA-sim's time minus trainsim's NCCL-like time, by term (switched off in this order; "
+              "+ = ASTRA-sim slower)")
+    for col in ("term", "rows", "us", "share %", "what"):
+        t.add_column(col, justify="left" if col in ("term", "what") else "right",
+                     overflow="fold", no_wrap=col == "term")
+    for name, what, rows, total_us, share in report.term_table():
+        t.add_row(name, str(rows), f"{total_us:,.0f}", f"{share:+.1f}", what)
+    con.print(t)
 
 
 GROUP_CAPTION = ("error = (predicted - measured) / measured in % of each row's own metric; MAPE, med, max: "

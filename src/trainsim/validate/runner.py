@@ -1,6 +1,7 @@
 """Run a validation file: detect its format, simulate every row, summarise errors and ranking.
 
-Formats (by header): training_runs.csv, vTrain ground truth, collectives.csv. Rows run in
+Formats (by header): training_runs.csv, vTrain ground truth, collectives.csv, ASTRA-sim reference
+files (astra_reference.csv, predicted in ASTRA-sim's semantics or NCCL's). Rows run in
 worker processes (each simulation is independent and pure), in input order.
 """
 
@@ -31,6 +32,13 @@ class ValidationReport:
     groups: dict[str, dict[str, float]] = field(default_factory=dict)
     by: list[str] = field(default_factory=list)  # the --by columns, when rows are grouped
     by_group: dict[str, dict[str, Any]] = field(default_factory=dict)  # stats_by_group per --by value
+    semantics: str | None = None  # ASTRA-sim reference files: the collective semantics predicted in
+
+    def term_table(self) -> list[tuple[str, str, int, float, float]]:
+        """ASTRA-sim reference predicted with NCCL's semantics: the gap per term (validate.astra_reference)."""
+        from .astra_reference import term_table
+
+        return term_table(self.compared)
 
     @property
     def compared(self) -> list[Outcome]:
@@ -54,6 +62,7 @@ class ValidationReport:
 
         return {
             "kind": self.kind,
+            **({"semantics": self.semantics} if self.semantics else {}),
             "summary": {k: num(v) if isinstance(v, float) else v for k, v in self.summary().items()},
             "rows": [{"row": o.row, "case_id": o.case_id, "predicted": o.predicted, "measured": o.measured,
                       "metric": o.metric, "error_pct": o.error_pct, **({"assumptions": o.tags} if o.tags else {})}
@@ -61,6 +70,8 @@ class ValidationReport:
             "skipped_rows": [{"row": o.row, "case_id": o.case_id, "reason": o.skipped} for o in self.skipped],
             "skipped_by_reason": {reason: len(os_) for reason, os_ in skips_by_reason(self.skipped)},
             "ranking_groups": {k: {kk: num(vv) for kk, vv in v.items()} for k, v in self.groups.items()},
+            **({"gap_terms": [{"term": n, "what": w, "rows": r, "total_us": t, "mean_share_pct": m}
+                              for n, w, r, t, m in self.term_table()]} if self.semantics == "nccl" else {}),
             **({"group_by": self.by, "group_bias": BIAS_MEANING,
                 "groups": {k: {kk: num(vv) if isinstance(vv, float) else vv for kk, vv in v.items()}
                            for k, v in self.by_group.items()}} if self.by else {}),
@@ -99,9 +110,11 @@ def read_rows(path: Path, field: str = "CASES") -> tuple[list[str], list[dict[st
 
 
 def detect_kind(header: list[str]) -> str:
-    from . import training_runs, vtrain
+    from . import astra_reference, training_runs, vtrain
 
     cols = set(header)
+    if set(astra_reference.REQUIRED_COLUMNS) <= cols:
+        return "astra_reference"
     if set(training_runs.REQUIRED_COLUMNS) <= cols:
         return "training_runs"
     if set(vtrain.REQUIRED_COLUMNS) - {"# GPUs"} <= cols:
@@ -109,7 +122,7 @@ def detect_kind(header: list[str]) -> str:
     if {"collective", "size_bytes", "time_us", "n_gpus"} <= cols:
         return "collectives"
     raise ConfigError("CASES", "unrecognised columns", "use the header of training_runs.csv, vTrain's "
-                      "ground_truth_*.csv or collectives.csv (see shared/validation/README.md)")
+                      "ground_truth_*.csv, collectives.csv or astra_reference.csv (see shared/validation/README.md)")
 
 
 def _simulate_row(args: tuple[str, int, dict[str, str], str | None]) -> Outcome:
@@ -137,9 +150,20 @@ def _simulate_row(args: tuple[str, int, dict[str, str], str | None]) -> Outcome:
 
 
 def run_rows(kind: str, rows: list[dict[str, str]], calibration: str | None = None, jobs: int = 1,
-             progress: Callable[[int], None] | None = None, row_indices: list[int] | None = None) -> ValidationReport:
-    """Simulate `rows` (their 0-based file positions in `row_indices`) and build the report."""
+             progress: Callable[[int], None] | None = None, row_indices: list[int] | None = None,
+             semantics: str = "astra") -> ValidationReport:
+    """Simulate `rows` (their 0-based file positions in `row_indices`) and build the report.
+    `semantics` applies to ASTRA-sim reference files: predict as ASTRA-sim (astra) or as NCCL (nccl)."""
     idx = row_indices if row_indices is not None else list(range(len(rows)))
+    if kind == "astra_reference":
+        from .astra_reference import astra_outcomes
+
+        outs = astra_outcomes(rows, semantics)
+        for o, i in zip(outs, idx, strict=True):
+            o.row = i
+        if progress:
+            progress(len(rows))
+        return ValidationReport(kind, outs, {}, semantics=semantics)
     if kind == "collectives":
         from ..cost.calibration import load_calibration
         from .collectives import collective_outcomes
@@ -191,6 +215,7 @@ COLUMN_ALIASES: dict[str, dict[str, str]] = {
                "params": "Parameters (billion)"},
     "collectives": {"source": "source_id", "nodes": "n_nodes", "gpus": "n_gpus", "size": "size_bytes",
                     "algorithm": "algo_proto_or_env"},
+    "astra_reference": {"group": "group_id", "algorithm": "algorithms_per_dim", "size": "comm_size_bytes"},
 }
 FILE_COLUMN = "file"  # pseudo-column: the input file (vTrain's files have no source column: 'source' is the file)
 BIAS_MEANING = ("bias = mean signed % error oriented so that + means trainsim predicts faster than measured "
