@@ -72,7 +72,7 @@ def _topology_cluster(job: JobConfig) -> Cluster:
     """A cluster whose interconnect is the job's topology (ASTRA-sim notation or a preset)."""
     c, s = job.cluster, job.strategy
     world = s.dp * s.tp * s.pp * s.cp if s.dp is not None else None  # ep divides dp
-    topo = c.topology or ""
+    topo = c.topology or c.name  # a topology preset may also be named as the cluster (--cluster conv-4d)
     try:
         levels = resolve_topology(topo, c.bandwidth_gbps, c.latency_ns, npus=world)
     except ValueError as exc:
@@ -116,6 +116,13 @@ def _cluster(job: JobConfig) -> Cluster:
     s = job.strategy
     nodes = job.cluster.nodes
     if job.cluster.topology is not None:
+        return _topology_cluster(job)
+    if job.cluster.name.strip().lower() in TOPOLOGY_PRESETS:  # --cluster conv-4d: the topology preset's NPUs
+        c = job.cluster
+        for key in ("nodes", "gpus_per_node", "intra_node_gbps", "nics_per_node", "nic_gbps"):
+            if getattr(c, key) is not None:
+                raise ConfigError(f"cluster.{key}", f"'{c.name}' is a topology preset: its size and links are "
+                                  "fixed", "drop it, or give --topology with your own dimensions")
         return _topology_cluster(job)
     base = preset_cluster(job.cluster.name)
     gpn = job.cluster.gpus_per_node or base.gpus_per_node
@@ -451,8 +458,17 @@ def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec) -> Cost
     cal = load_calibration(sim.calibration)
     cparams = cal.compute_for(cl.device)
     compute = RooflineCompute(cparams)
-    comm: CommModel = (AnalyticalComm(cl.levels, scheduler=sim.scheduler)
-                       if sim.comm_model == "analytical" else NcclComm(cl, cal.comm or None))
+    comm: CommModel
+    if sim.semantics == "astra":  # ASTRA-sim's analytical backend: its system layer's settings, trainsim's levels
+        from .astra_inputs import AstraSystem, load_system
+
+        system = load_system(sim.astra_system, "simulation.astra_system", len(cl.levels)) \
+            if sim.astra_system is not None else AstraSystem()
+        comm = system.comm(cl.levels, scheduler=sim.scheduler)
+    elif sim.comm_model == "analytical":
+        comm = AnalyticalComm(cl.levels, scheduler=sim.scheduler)
+    else:
+        comm = NcclComm(cl, cal.comm or None)
     flows = annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s,
                      sharing=sim.bandwidth_sharing, exact=sim.exact, memory=offload_memory_system(tree.offload, cl))
     return CostedProgram(program, precision, compute, flows, peak, cal.gamma if sim.gamma is None else sim.gamma,

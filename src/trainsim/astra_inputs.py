@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -34,6 +34,9 @@ from .hardware.cluster import Level
 from .hardware.memory_systems import MemoryAccess
 from .hardware.topology import GIB_PER_S_IN_GBPS, format_topology
 from .limits import MAX_BANDWIDTH_GBPS, MAX_COLLECTIVE_CHUNKS, MAX_GPUS, MAX_LATENCY_NS
+
+if TYPE_CHECKING:
+    from .cost.multidim import AnalyticalComm
 
 BLOCKS = {"Ring": "ring", "FullyConnected": "fc", "Switch": "switch"}
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
@@ -164,14 +167,17 @@ def _algorithm(name: str) -> str:
 
 
 class AstraSystem(BaseModel):
-    """The system layer's JSON. Keys as ASTRA-sim spells them."""
+    """The system layer's JSON. Keys as ASTRA-sim spells them; defaults: ASTRA-sim's shipped example
+    `examples/system/native_collectives/Ring_4chunks.json` (LIFO, endpoint delay 10 ns, one active chunk,
+    4 chunks, localBWAware, local-mem-bw 1600, roofline off, peak-perf 900), with each dimension's own
+    algorithm where no implementation list is given (Ring: ring, FC: direct, Switch: halving-doubling)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
     scheduling_policy: Literal["LIFO", "FIFO"] = Field("LIFO", alias="scheduling-policy")
     endpoint_delay: int | float = Field(10, alias="endpoint-delay", ge=0, le=1e9)
     active_chunks_per_dimension: int = Field(1, alias="active-chunks-per-dimension", ge=1, le=MAX_COLLECTIVE_CHUNKS)
-    preferred_dataset_splits: int = Field(1, alias="preferred-dataset-splits", ge=1, le=MAX_COLLECTIVE_CHUNKS)
+    preferred_dataset_splits: int = Field(4, alias="preferred-dataset-splits", ge=1, le=MAX_COLLECTIVE_CHUNKS)
     all_reduce_implementation: list[str] | None = Field(None, alias="all-reduce-implementation", min_length=1)
     reduce_scatter_implementation: list[str] | None = Field(None, alias="reduce-scatter-implementation",
                                                             min_length=1)
@@ -213,6 +219,15 @@ class AstraSystem(BaseModel):
         """Per-dimension algorithm of `op` (ASTRA-sim's list; unlisted dimensions: the block's default)."""
         names = getattr(self, f"{op}_implementation", None) if op in OPS else None
         return {i: _algorithm(n) for i, n in enumerate(names or []) if i < len(levels)}
+
+    def comm(self, levels: tuple[Level, ...], backend: str = "unaware", queues_per_dim: int = 1,
+             scheduler: str = "baseline") -> AnalyticalComm:
+        """trainsim's analytical collective model over `levels` with this system layer's settings."""
+        from .cost.multidim import AnalyticalComm
+
+        return AnalyticalComm(levels, scheduler=scheduler, chunks=self.preferred_dataset_splits,
+                              semantics=self.semantics(backend, queues_per_dim),
+                              op_algorithms={op: self.algorithms(op, levels) for op in OPS})
 
     def semantics(self, backend: str = "unaware", queues_per_dim: int = 1, injection_scale: float = 1.0) -> Semantics:
         return astra(float(self.endpoint_delay) * injection_scale, float(self.local_mem_bw), backend=backend,

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .cli_astra import astra_app
 from .cli_chakra import chakra_app
 from .cli_replay import optimize_cmd, replay_cmd, scale_cmd
 from .cli_search import auto_note, auto_strategy, search_cmd, wants_search
@@ -69,6 +70,10 @@ def simulate(
                                           "collectives)")] = None,
     scheduler: Annotated[str | None, Opt(help="collective scheduler for --comm-model analytical: baseline | "
                                          "themis")] = None,
+    semantics: Annotated[str | None, Opt(help="collective semantics: nccl (default: what NCCL on the hardware "
+                                         "does) | astra (ASTRA-sim 2.0's analytical backend, for parity)")] = None,
+    astra_system: Annotated[str | None, Opt(help="with --semantics astra: ASTRA-sim system config JSON (chunks, "
+                                            "algorithms, endpoint delay, local-mem-bw)")] = None,
     dp: Annotated[int | None, Opt(help="data-parallel degree (default: GPUs / (tp*pp*cp))")] = None,
     tp: Annotated[int | None, Opt(help="tensor-parallel degree (Megatron column/row)")] = None,
     pp: Annotated[int | None, Opt(help="pipeline-parallel degree")] = None,
@@ -164,7 +169,8 @@ def simulate(
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
                        "calibration": calibration, "comm_model": comm_model,
-                       "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing},
+                       "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing, "semantics": semantics,
+                       "astra_system": astra_system},
     }
     if model is not None and hf_config is not None:
         raise ConfigError("--hf-config", "and --model both name the model", "pass only one of them")
@@ -495,9 +501,52 @@ def collective(
     peer: Annotated[int | None, Opt(help="send_recv: the receiving rank, 1..N-1 (the sender is rank 0; default 1)")]
         = None,
     json_out: Annotated[str | None, Opt("--json", help="write time_us, algbw_gbps, busbw_gbps, per_dim")] = None,
+    semantics: Annotated[str | None, Opt(help="nccl (default: what NCCL on the hardware does) | astra (ASTRA-sim "
+                                         "2.0's analytical backend; the default with --astra-network)")] = None,
+    astra_network: Annotated[str | None, Opt(help="ASTRA-sim network config (YAML/JSON: topology, npus_count, "
+                                             "bandwidth in ASTRA's GB/s = GiB/s per link, latency) instead of "
+                                             "--topology")] = None,
+    astra_system: Annotated[str | None, Opt(help="ASTRA-sim system config JSON: chunks (preferred-dataset-splits), "
+                                            "per-op algorithms, endpoint delay, local-mem-bw")] = None,
+    queues: Annotated[int, Opt("--num-queues-per-dim", help="ASTRA-sim semantics: chunks in flight per "
+                               "dimension (ASTRA-sim's --num-queues-per-dim)")] = 1,
+    backend: Annotated[str, Opt(help="ASTRA-sim semantics: unaware | aware (congestion-aware, 1-D)")] = "unaware",
+    compare: Annotated[str | None, Opt(help="astra: print ASTRA-sim's and trainsim's NCCL-like prediction side by "
+                                            "side, with the terms that separate them")] = None,
 ) -> None:
     """Time one collective on a topology or cluster (nccl-tests style): time, algbw, busbw, per dimension."""
     json_target = Outputs().add(json_out, "--json")
+    from .cli_astra import _check_semantics, print_gap, read_inputs
+
+    if semantics is not None:
+        _check_semantics(semantics, "--semantics")
+    if compare is not None and _check_semantics(compare, "--compare") != "astra":
+        raise ConfigError("--compare", f"'{compare}' is not a comparison", "use --compare astra")
+    inputs = None
+    if astra_network is not None:
+        if topology is not None or cluster is not None:
+            raise ConfigError("--astra-network", "replaces --topology and --cluster", "give only one of them")
+        if astra_system is None:
+            raise ConfigError("--astra-system", "is needed with --astra-network (chunks, algorithms, endpoint delay)",
+                              "pass the ASTRA-sim system config JSON of the run")
+        inputs = read_inputs(astra_network, astra_system, None, backend, queues, "--astra-network",
+                             "--astra-system")
+        semantics = semantics or "astra"
+        if comm_model == "nccl":
+            raise ConfigError("--model", "ASTRA-sim inputs run on the analytical model (NCCL's tuner model has no "
+                              "ASTRA-sim topology)", "drop --model, or use --semantics nccl for the NCCL-like terms")
+        comm_model = "analytical"
+    elif astra_system is not None:
+        raise ConfigError("--astra-system", "goes with --astra-network", "add --astra-network N.yml, or drop it")
+    semantics = semantics or "nccl"
+    if (semantics == "astra" or compare) and comm_model is None:
+        comm_model = "analytical"  # ASTRA-sim's semantics are settings of the analytical model
+    if (semantics == "astra" or compare) and comm_model == "nccl":
+        raise ConfigError("--semantics", "ASTRA-sim's semantics are settings of the analytical model, not of NCCL's "
+                          "tuner model", "drop --model nccl (the analytical model runs on the cluster's levels)")
+    if (queues != 1 or backend != "unaware") and semantics != "astra":
+        raise ConfigError("--num-queues-per-dim" if queues != 1 else "--backend", "applies in ASTRA-sim semantics",
+                          "add --semantics astra, or drop it")
     from .cost.microbench import analytical_collective, nccl_collective, parse_bytes
     from .cost.multidim import COLLECTIVES, SCHEDULERS
     from .hardware.cluster import get_cluster
@@ -509,8 +558,8 @@ def collective(
         raise ConfigError("--scheduler", f"'{scheduler}' is unknown", f"use one of {', '.join(SCHEDULERS)}")
     if bandwidth_unit.lower() not in ("gb", "gib"):
         raise ConfigError("--bandwidth-unit", f"'{bandwidth_unit}' is unknown", "use GB or GiB")
-    if (topology is None) == (cluster is None):
-        raise ConfigError("--topology", "give exactly one of --topology or --cluster",
+    if inputs is None and (topology is None) == (cluster is None):
+        raise ConfigError("--topology", "give exactly one of --topology, --cluster or --astra-network",
                           "e.g. --topology 'Ring(4)_Switch(8)' --bandwidth 200,50 --latency 500,500")
     if comm_model not in (None, "nccl", "analytical"):
         raise ConfigError("--model", f"'{comm_model}' is unknown", "use nccl or analytical")
@@ -527,7 +576,7 @@ def collective(
             raise ConfigError(ignored[0], "only applies to the analytical model (--topology or --model analytical); "
                               "the NCCL-like model takes the cluster's links and NCCL's own algorithm and chunking",
                               f"drop {ignored[0]}, or add --model analytical")
-    chunks = 64 if chunks is None else chunks
+    chunks = (inputs.system.preferred_dataset_splits if inputs is not None else 64) if chunks is None else chunks
     if chunks < 1:
         raise ConfigError("--chunks", f"{chunks} is not a chunk count", "use 1 or more")
     if chunks > MAX_COLLECTIVE_CHUNKS:
@@ -562,29 +611,50 @@ def collective(
             raise ConfigError("--peer", f"rank {peer} is not a receiver among the {ranks} ranks (rank 0 sends)",
                               f"pick 1..{ranks - 1}")
         report = nccl_collective(op, size_bytes, cl, ranks, peer=peer)
+        gap = None
     else:
-        try:
-            levels = resolve_topology(topology or cluster or "", bw, lat, npus=ranks)
-        except ValueError as exc:
-            raise ConfigError("--topology", str(exc), "") from None
-        algos: dict[int, str] = {}
+        if inputs is not None:
+            if bw is not None or lat is not None or ranks is not None:
+                raise ConfigError("--bandwidth" if bw is not None else "--latency" if lat is not None else "--ranks",
+                                  "comes from the ASTRA-sim network config", "drop it (edit the config instead)")
+            levels = inputs.network.levels()
+        else:
+            try:
+                levels = resolve_topology(topology or cluster or "", bw, lat, npus=ranks)
+            except ValueError as exc:
+                raise ConfigError("--topology", str(exc), "") from None
+        algos: dict[int, str] = inputs.system.algorithms(op, levels) if inputs is not None else {}
         if algorithms:
             names = [a.strip() for a in algorithms.split(",")]
             if len(names) != len(levels):
                 raise ConfigError("--algorithms", f"{len(names)} algorithm(s) for {len(levels)} dimension(s)",
                                   "give one per dimension, innermost first")
-            algos = {i: a for i, a in enumerate(names) if a}
+            algos = {**algos, **{i: a for i, a in enumerate(names) if a}}
         npus = math.prod(lv.size for lv in levels)
         if op == "send_recv" and not 1 <= peer < npus:
             raise ConfigError("--peer", f"rank {peer} is not a receiver among the {npus} NPUs (rank 0 sends)",
                               f"pick 1..{npus - 1}")
+        from .cost.microbench import collective_gap
+        from .cost.semantics import NCCL, astra
+
+        sem = (inputs.semantics("astra") if inputs is not None else astra(backend=backend, queues_per_dim=queues)) \
+            if semantics == "astra" else NCCL
+        if op == "send_recv" and (semantics == "astra" or compare):
+            raise ConfigError("--op", "send_recv has no ASTRA-sim collective semantics here", "use --semantics nccl")
         try:
-            report = analytical_collective(op, size_bytes, levels, scheduler, chunks, algos, peer=peer)
+            report = analytical_collective(op, size_bytes, levels, scheduler, chunks, algos, peer=peer, semantics=sem)
+            gap = collective_gap(op, size_bytes, levels, scheduler, chunks, algos,
+                                 sem if semantics == "astra" else astra()) if compare else None
         except ValueError as exc:
             raise ConfigError("--algorithms", str(exc), "") from None
+    data = report.as_dict()
+    if gap is not None:
+        data["compare"] = gap.as_dict()
     if json_target is None or not json_target.to_stdout:
         _print_collective(report)
-    write_outputs({json_target: json_text(report.as_dict(), "--json")})
+        if gap is not None:
+            print_gap(gap, report.result.op)
+    write_outputs({json_target: json_text(data, "--json")})
 
 
 def _print_collective(report: Any) -> None:
@@ -673,6 +743,7 @@ def _print_listing(con: Console, title: str, table: Table, entries: list[tuple[s
 
 
 app.add_typer(chakra_app, name="chakra")
+app.add_typer(astra_app, name="astra")
 app.command("replay")(replay_cmd)
 app.command("scale")(scale_cmd)
 app.command("optimize")(optimize_cmd)

@@ -17,6 +17,20 @@ chakra_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exce
 Opt = typer.Option
 
 
+def load_cluster(name: str, nodes: int | None = None, world: int | None = None) -> Any:  # noqa: ANN401
+    """A cluster preset sized to `nodes` (or to `world` ranks); one-line ConfigError on a bad name."""
+    from .hardware.cluster import get_cluster
+
+    try:
+        base = get_cluster(name)
+    except KeyError:
+        raise ConfigError("--cluster", f"unknown cluster '{name}'", "see `trainsim clusters`") from None
+    if not base.has_network:
+        return base
+    n = nodes if nodes is not None else max(1, -(-(world or base.world_size) // base.gpus_per_node))
+    return base.with_nodes(n)
+
+
 def parse_ranks(text: str | None) -> list[int] | None:
     """'0-3,8' -> [0, 1, 2, 3, 8]; None -> None (every rank)."""
     if text is None:
@@ -106,9 +120,24 @@ def run(
     comm_groups: Annotated[str | None, Opt(help="ASTRA-sim comm group JSON (default <prefix>.comm_group.json)")]
         = None,
     json_out: Annotated[str | None, Opt("--json", help="write iteration time and counts as JSON")] = None,
+    topology: Annotated[str | None, Opt(help="network in ASTRA-sim notation ('Ring(8)_Switch(4)') or a topology "
+                                        "preset, instead of the cluster's; collectives on the analytical model")]
+        = None,
+    bandwidth: Annotated[str | None, Opt(help="with --topology: GB/s per NPU per direction, one per dimension")]
+        = None,
+    latency: Annotated[str | None, Opt(help="with --topology: ns per hop, one per dimension")] = None,
+    semantics: Annotated[str, Opt(help="nccl (default) | astra: collectives as ASTRA-sim's analytical backend "
+                                       "prices them (its default system config; `trainsim astra run` takes "
+                                       "yours)")] = "nccl",
 ) -> None:
     """Simulate a Chakra ET workload with trainsim's engine and print the iteration time."""
     json_target = Outputs().add(json_out, "--json")
+    from .cli_astra import _check_semantics
+
+    _check_semantics(semantics, "--semantics")
+    if topology is None and (bandwidth is not None or latency is not None):
+        raise ConfigError("--bandwidth" if bandwidth is not None else "--latency", "only applies with --topology",
+                          "add --topology, or drop it")
     from .cost.calibration import load_calibration
     from .hardware.devices import DTYPES
     from .sim.engine import run as simulate_graph
@@ -118,8 +147,34 @@ def run(
         raise ConfigError("--dtype", f"'{dtype}' is not a dtype", f"use auto or one of {', '.join(DTYPES)}")
     if nodes is not None and nodes < 1:
         raise ConfigError("--nodes", f"must be >= 1, got {nodes}", "pass a node count, or leave it out")
-    graph = load_chakra(prefix, cluster, nodes=nodes, durations=durations, cpu_ops=cpu_ops, dtype=dtype,
-                        comm_groups=comm_groups)
+    comm = None
+    target: Any = cluster
+    if topology is not None or semantics == "astra":
+        from .astra_inputs import AstraSystem
+        from .cli import _floats
+        from .hardware.topology import cluster_from_topology, resolve_topology
+        from .trace.chakra import et_files
+
+        world = len(et_files(prefix))
+        if topology is not None:
+            try:
+                levels = resolve_topology(topology, _floats(bandwidth, "--bandwidth"), _floats(latency, "--latency"),
+                                          npus=world)
+            except ValueError as exc:
+                raise ConfigError("--topology", str(exc), "") from None
+            if nodes is not None:
+                raise ConfigError("--nodes", "has no effect with --topology (the topology fixes the NPUs)", "drop it")
+            target = cluster_from_topology(levels, load_cluster(cluster).device)
+        else:
+            target = load_cluster(cluster, nodes, world)
+            levels = tuple(lv for lv in target.levels if lv.size > 1)
+        comm = AstraSystem().comm(levels) if semantics == "astra" else None
+        if comm is None:
+            from .cost.multidim import AnalyticalComm
+
+            comm = AnalyticalComm(levels)
+    graph = load_chakra(prefix, target, nodes=nodes if topology is None else None, durations=durations,
+                        cpu_ops=cpu_ops, dtype=dtype, comm_groups=comm_groups, comm=comm)
     cal = load_calibration(None)
     trace = simulate_graph(graph, gamma=cal.gamma, p2p_host_sync=cal.p2p_host_sync, bandwidth_sharing=False)
     iteration = max(trace.end_s, default=0.0)

@@ -174,12 +174,20 @@ class SimulationSpec(_Strict):
         "nccl", description="nccl: NCCL's tuned algorithm/protocol choice; analytical: ASTRA-sim's "
         "multi-dimensional topology-aware collectives")
     scheduler: Literal["baseline", "themis"] = Field("baseline", description="collective scheduler (analytical)")
+    semantics: Literal["nccl", "astra"] = Field(
+        "nccl", description="collective semantics: nccl (what NCCL on the hardware does) or astra (ASTRA-sim 2.0's "
+        "analytical backend, for parity with its numbers; uses the analytical model)")
+    astra_system: str | None = Field(None, min_length=1, description="with semantics astra: an ASTRA-sim system "
+                                     "config JSON (chunks, algorithms, endpoint delay, local-mem-bw)")
     bandwidth_sharing: bool = Field(True, description="concurrent communication shares links (max-min fair "
                                     "flows, Proteus VI-C); false: fixed durations, every group alone")
 
     @model_validator(mode="after")
     def _scheduler_needs_analytical(self) -> SimulationSpec:
-        if self.scheduler != "baseline" and self.comm_model != "analytical":
+        if self.astra_system is not None and self.semantics != "astra":
+            raise ConfigError("simulation.astra_system", "is read in ASTRA-sim semantics only",
+                              "add --semantics astra (simulation.semantics: astra), or drop it")
+        if self.scheduler != "baseline" and self.comm_model != "analytical" and self.semantics != "astra":
             raise ConfigError("simulation.scheduler", f"{self.scheduler} schedules the analytical model's "
                               f"collectives; comm_model {self.comm_model} would ignore it",
                               "add --comm-model analytical, or drop --scheduler")

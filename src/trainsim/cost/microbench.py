@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..hardware.cluster import Cluster, Level
 from ..hardware.topology import format_topology
 from ..limits import MAX_MESSAGE_BYTES
+from .collective_gap import Gap, explain
 from .comm import NcclComm, _ring_steps
 from .multidim import (
     COLLECTIVES,
@@ -23,6 +24,7 @@ from .multidim import (
     DimResult,
     bus_factor,
 )
+from .semantics import NCCL, Semantics, astra
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -66,14 +68,33 @@ class CollectiveReport:
 
 
 def analytical_collective(op: str, size_bytes: float, levels: tuple[Level, ...], scheduler: str = "baseline",
-                          chunks: int = 64, algorithms: dict[int, str] | None = None, peer: int = 1) -> CollectiveReport:
-    """ASTRA-sim-style collective over every NPU of the topology (send/recv: NPU 0 to `peer`)."""
-    model = AnalyticalComm(levels, scheduler=scheduler, chunks=chunks, algorithms=dict(algorithms or {}))
+                          chunks: int = 64, algorithms: dict[int, str] | None = None, peer: int = 1,
+                          semantics: Semantics = NCCL) -> CollectiveReport:
+    """ASTRA-sim-style collective over every NPU of the topology (send/recv: NPU 0 to `peer`), in NCCL's
+    semantics or ASTRA-sim's (`semantics`)."""
+    model = analytical_model(levels, scheduler, chunks, algorithms, semantics)
     npus = math.prod(lv.size for lv in levels)
     group = (0, peer) if op == "send_recv" else tuple(range(npus))
     res = model.run(op, size_bytes, group)
     algos = ",".join(d.algorithm for d in res.per_dim)
-    return CollectiveReport(res, "analytical", format_topology(levels), scheduler, algos)
+    name = "analytical" if semantics.is_nccl else f"analytical, {semantics.name} semantics"
+    return CollectiveReport(res, name, format_topology(levels), scheduler, algos)
+
+
+def analytical_model(levels: tuple[Level, ...], scheduler: str = "baseline", chunks: int = 64,
+                     algorithms: dict[int, str] | None = None, semantics: Semantics = NCCL) -> AnalyticalComm:
+    return AnalyticalComm(levels, scheduler=scheduler, chunks=chunks, algorithms=dict(algorithms or {}),
+                          semantics=semantics)
+
+
+def collective_gap(op: str, size_bytes: float, levels: tuple[Level, ...], scheduler: str = "baseline",
+                   chunks: int = 64, algorithms: dict[int, str] | None = None,
+                   semantics: Semantics | None = None) -> Gap:
+    """ASTRA-sim's time and the NCCL-like time of one collective over every NPU, and the terms between them."""
+    model = analytical_model(levels, scheduler, chunks, algorithms)
+    group = tuple(range(math.prod(lv.size for lv in levels)))
+    return explain(lambda sem: replace(model, semantics=sem).run(op, size_bytes, group).time_s,
+                   semantics or astra())
 
 
 def nccl_collective(op: str, size_bytes: float, cluster: Cluster, ranks: int, comm: NcclComm | None = None,
@@ -109,4 +130,5 @@ def nccl_collective(op: str, size_bytes: float, cluster: Cluster, ranks: int, co
     return CollectiveReport(res, "nccl", format_topology(levels), "nccl", f"{choice.algorithm}/{choice.protocol}")
 
 
-__all__ = ["CollectiveReport", "analytical_collective", "bus_factor", "nccl_collective", "parse_bytes"]
+__all__ = ["CollectiveReport", "analytical_collective", "analytical_model", "bus_factor", "collective_gap",
+           "nccl_collective", "parse_bytes"]

@@ -343,9 +343,11 @@ class AnalyticalComm:
     chunks: int = DEFAULT_CHUNKS
     algorithms: dict[int, str] = field(default_factory=dict)
     semantics: Semantics = NCCL
+    op_algorithms: dict[str, dict[int, str]] = field(default_factory=dict)  # per collective, over `algorithms`
 
-    def dims_for(self, ranks: Sequence[int]) -> list[Dimension]:
-        return [Dimension.of(lv, self.algorithms.get(i), size=f)
+    def dims_for(self, ranks: Sequence[int], op: str | None = None) -> list[Dimension]:
+        algos = {**self.algorithms, **self.op_algorithms.get(op or "", {})}
+        return [Dimension.of(lv, algos.get(i), size=f)
                 for i, (lv, f) in enumerate(zip(self.levels, fanouts(self.levels, ranks), strict=True))]
 
     def run(self, collective: str, size_bytes: float, group: Sequence[int], concurrency: int = 1) -> CollectiveResult:
@@ -354,7 +356,7 @@ class AnalyticalComm:
             if len(ranks) < 2:
                 return CollectiveResult("send_recv", size_bytes, len(ranks), 0.0)
             return send_recv(size_bytes, [Dimension.of(lv) for lv in self.levels], ranks[0], ranks[1])
-        return run_collective(collective, size_bytes, self.dims_for(ranks), self.scheduler, self.chunks,
+        return run_collective(collective, size_bytes, self.dims_for(ranks, collective), self.scheduler, self.chunks,
                               self.semantics)
 
     def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float:

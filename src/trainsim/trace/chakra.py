@@ -384,7 +384,8 @@ def _stream(a: dict[str, Any], default: Stream, where: str) -> int:
 def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nodes: int | None = None,
                 comm: CommModel | None = None, memory: MemoryTimer | None = None,
                 memory_location: str = "remote", durations: str = "model", cpu_ops: str = "serial",
-                dtype: str = "auto", comm_groups: str | Path | None = None) -> ExecutionGraph:
+                dtype: str = "auto", comm_groups: str | Path | None = None,
+                compute: Callable[[float | None, float, float | None], float] | None = None) -> ExecutionGraph:
     """Read a Chakra ET workload (`<prefix>.<rank>.et` per rank) into a per-rank ExecutionGraph.
 
     Costs: COMP nodes keep their recorded duration (`duration_micros`, or trainsim's exact seconds),
@@ -396,7 +397,9 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
     `durations="recorded"`: communication and memory nodes that carry a duration keep it too.
     `cpu_ops`: "serial" runs is_cpu_op COMP nodes on the compute stream (trainsim has no CPU stream),
     "skip" makes them free. `cluster` may be a preset name, sized to the ranks (or `nodes`).
-    `comm_groups`: ASTRA-sim's comm-group JSON (default `<prefix>.comm_group.json` when it exists)."""
+    `comm_groups`: ASTRA-sim's comm-group JSON (default `<prefix>.comm_group.json` when it exists).
+    `compute(num_ops or None, tensor_bytes, recorded seconds or None)`: prices GPU COMP nodes instead (ASTRA-sim's
+    own rules: its roofline from the system config, or the recorded runtime)."""
     if durations not in DURATIONS:
         raise ConfigError("durations", f"'{durations}' is not one of {', '.join(DURATIONS)}", "")
     if cpu_ops not in CPU_OPS:
@@ -469,7 +472,10 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
                 if a.get("is_cpu_op", False) and cpu_ops == "skip":
                     continue
                 dur = recorded(a, node)
-                if dur is None:
+                if compute is not None and not a.get("is_cpu_op", False):
+                    dur = compute(float(a["num_ops"]) if "num_ops" in a else None, float(a.get("tensor_size", 0)),
+                                  dur)
+                elif dur is None:
                     dur = costs.compute_s(float(a["num_ops"]), float(a.get("tensor_size", 0)), where) \
                         if "num_ops" in a else 0.0
                 t = g.add(name, "compute", _stream(a, Stream.COMPUTE, where), a.get(A_CATEGORY, "compute"), dur,
@@ -638,6 +644,20 @@ def _check_space(out: Path, need_bytes: float) -> None:
         raise ConfigError("--out", f"the export needs at least {need_bytes / 2**30:,.1f} GiB and {probe} has "
                           f"{free / 2**30:,.1f} GiB free", "free space, choose another --out, or export fewer ranks "
                           "(--ranks 0-7)")
+
+
+def collective_graph(op: str, size_bytes: float, npus: int) -> ExecutionGraph:
+    """One collective over `npus` ranks (nccl-tests size), as a per-rank graph: ASTRA-sim's microbenchmark
+    workloads (`examples/workload/microbenchmarks/<op>/<N>npus_<size>/`) when written by `write_chakra`."""
+    if op not in TO_CHAKRA:
+        raise ConfigError("op", f"'{op}' is not a Chakra collective", f"use one of {', '.join(TO_CHAKRA)}")
+    g = ExecutionGraph()
+    for r in range(npus):
+        g.classes.append(RankClass(f"rank{r}", 0, 1, range(r, r + 1), 0.0))
+    everyone = tuple(range(npus))
+    g.add(op, "collective", Stream.GRAD, "dp", 0.0, everyone, [], comm_op=op, comm_bytes=float(size_bytes),
+          comm_ranks=everyone)
+    return g
 
 
 def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "trainsim",
