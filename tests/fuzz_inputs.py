@@ -63,6 +63,8 @@ COLLECTIVE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--bandwidth-unit": _choice(["GB", "GiB"]), "--scheduler": _choice(["baseline", "themis"]),
     "--chunks": INTS, "--algorithms": st.sampled_from(["ring,direct", "ring", "x", "", "in_switch,in_switch"]),
     "--ranks": INTS, "--model": _choice(["nccl", "analytical"]), "--peer": INTS,
+    "--semantics": _choice(["nccl", "astra"]), "--compare": _choice(["astra", "nccl"]),
+    "--num-queues-per-dim": INTS, "--backend": _choice(["unaware", "aware"]),
 }
 GPT2_SMALL = ["--model", "gpt2", "--cluster", "pcie-titanxp", "--tp", "2", "--pp", "2", "--dp", "2",
               "--global-batch", "8"]
@@ -99,6 +101,10 @@ CSV_FORMATS = [  # (header, a valid row): each drawn row is the valid one with s
     ("source_id,collective,size_bytes,time_us,n_gpus,n_nodes,gpus_per_node,gpu,inter_fabric",
      "nccl-tests,all_reduce,1048576,100,8,1,8,A100,NVLink"),
     ("m,n,k,dtype,gpu,tflops", "4096,4096,4096,bf16,a100-80gb,250"),
+    ("row_id,backend,topology,npus,bandwidth_gbps_per_dim,latency_ns_per_dim,op,comm_size_bytes,"
+     "bytes_nccl_convention,chunks,queues_per_dim,algorithms_per_dim,endpoint_delay_ns,local_mem_bw_gbps,"
+     "astra_time_us,astra_wall_s,astra_commit,group_id,notes",
+     "A0003,unaware,Ring(8),8,50,500,all_reduce,1048576,1048576,1,1,ring,10,1600,43.025,0.01,518bd513ae11,g145,"),
     ("a,b,c", "1,2,3"),
 ]
 
@@ -362,6 +368,72 @@ def searches(draw: st.DrawFn) -> Example:
     return argv, files
 
 
+ASTRA_NETWORKS = [  # an ASTRA-sim network config: valid for the 8-rank workloads, or broken one way
+    b'{"topology": ["Ring"], "npus_count": [8], "bandwidth": [50.0], "latency": [500.0]}',
+    b"topology: [ Switch ]\nnpus_count: [ 8 ]\nbandwidth: [ 400.0 ]\nlatency: [ 936.25 ]\n",
+    b"topology: [ Ring, Switch ]\nnpus_count: [ 2, 4 ]\nbandwidth: [ 100, 50 ]\nlatency: [ 500, 500 ]\n",
+    b'{"topology": ["Ring"], "npus_count": [4], "bandwidth": [50.0], "latency": [500.0]}',
+    b'{"topology": ["Torus"], "npus_count": [8], "bandwidth": [50.0], "latency": [500.0]}',
+    b'{"topology": ["Ring"], "npus_count": [8, 2], "bandwidth": [50.0], "latency": [500.0]}',
+    b'{"topology": ["Ring"], "npus_count": [1], "bandwidth": [50.0], "latency": [500.0]}',
+    b'{"topology": ["Ring"], "npus_count": [8], "bandwidth": ["x"], "latency": [500.0]}',
+    b'{"topology": ["Ring"], "npus_count": [8], "bandwidth": [0], "latency": [-1]}',
+    b'{"topology": "Ring", "npus_count": 8, "bandwidth": 50, "latency": 500}',
+    b'{"topology": ["Ring"], "npus_count": [8], "bandwidth": [50.0], "latency": [500.0], "packet_size": 4096}',
+    b'{"topology": ["Ring"], "npus_count": [100000000000], "bandwidth": [1e400], "latency": [500.0]}',
+    b"[1, 2]", b"{", b"\xff\xfe", b"",
+]
+ASTRA_SYSTEMS = [
+    b'{"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1, '
+    b'"preferred-dataset-splits": 4, "all-reduce-implementation": ["ring"], "collective-optimization": '
+    b'"localBWAware", "local-mem-bw": 1600, "boost-mode": 0}',
+    b'{"preferred-dataset-splits": 64, "all-reduce-implementation": ["halvingDoubling", "direct"]}',
+    b'{"roofline-enabled": 1, "peak-perf": 2048, "local-mem-bw": 4096, "preferred-dataset-splits": 1}',
+    b'{"scheduling-policy": "EXPLICIT"}', b'{"scheduling-policy": 1}', b'{"all-reduce-implementation": ["oneRing"]}',
+    b'{"all-to-all-implementation": ["halvingDoubling"]}', b'{"inter-dimension-scheduling": "themis"}',
+    b'{"preferred-dataset-splits": 0}', b'{"preferred-dataset-splits": 1000000000000}', b'{"bogus": 1}',
+    b'{"all-reduce-implementation": "ring"}', b'{"roofline-enabled": true}', b"[]", b"{", b"",
+]
+ASTRA_REMOTE = [b'{"memory-type": "PER_NPU_MEMORY_EXPANSION", "remote-mem-latency": 0, "remote-mem-bw": 512}',
+                b'{"memory-type": "NO_MEMORY_EXPANSION"}', b'{"memory-type": "PER_NODE_MEMORY_EXPANSION"}',
+                b'{"memory-type": "CXL"}', b'{"memory-type": "MEMORY_POOL", "remote-mem-bw": 1.5}', b"{"]
+
+
+@functools.lru_cache(maxsize=1)
+def collective_et_files() -> dict[str, bytes]:
+    """ASTRA-sim's microbenchmark workload: one 1 MiB all-reduce per rank on 8 ranks."""
+    from trainsim.trace.chakra import collective_graph, write_chakra
+
+    with tempfile.TemporaryDirectory() as d:
+        return {p.name.replace("all_reduce", "p"): p.read_bytes()
+                for p in write_chakra(collective_graph("all_reduce", 2**20, 8), d, "all_reduce")}
+
+
+@st.composite
+def astra_runs(draw: st.DrawFn) -> Example:
+    """`trainsim astra run` on drawn ASTRA-sim configs (mostly valid) and a collective or mutated workload."""
+    files = dict(collective_et_files()) if draw(st.booleans()) else draw(mutated_et_files())
+    files.update({"n.yml": draw(st.sampled_from(ASTRA_NETWORKS)), "s.json": draw(st.sampled_from(ASTRA_SYSTEMS)),
+                  "m.json": draw(st.sampled_from(ASTRA_REMOTE))})
+    argv = ["astra", "run", "--network", draw(st.sampled_from(["n.yml", "n.yml", "missing.yml", ""])),
+            "--system", draw(st.sampled_from(["s.json", "s.json", "n.yml"])),
+            "--workload", draw(st.sampled_from(["p", "p", "missing", "."]))]
+    argv += draw(flags({"--remote-memory": st.sampled_from(["m.json", "missing.json"]),
+                        "--num-queues-per-dim": INTS, "--backend": _choice(["unaware", "aware"]),
+                        "--semantics": _choice(["astra", "nccl"]), "--compare": _choice(["astra", "nccl"]),
+                        "--comm-groups": st.sampled_from(["missing.json", "s.json"])}, 3))
+    return argv + draw(outputs(["--json"])), files
+
+
+@st.composite
+def astra_collectives(draw: st.DrawFn) -> Example:
+    """`trainsim collective --astra-network N --astra-system S` with drawn configs and flags."""
+    files = {"n.yml": draw(st.sampled_from(ASTRA_NETWORKS)), "s.json": draw(st.sampled_from(ASTRA_SYSTEMS))}
+    argv = ["collective", "--astra-network", "n.yml", *draw(st.sampled_from([["--astra-system", "s.json"], []])),
+            *draw(flags(COLLECTIVE_FLAGS, 3)), *draw(outputs(["--json"]))]
+    return argv, files
+
+
 COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "replay | scale | optimize (trace files)": st.tuples(
         kineto_files(), st.sampled_from(["replay", "scale", "optimize"]),
@@ -382,7 +454,8 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "validate": st.tuples(csv_files(), st.lists(st.sampled_from(
         [["--tier", "A"], ["--subset", "core"], ["--jobs", "0"], ["--jobs", "1"], ["--max-mape", "-1"],
          ["--max-mape", "nan"], ["--max-mape", "10"], ["--all"], ["-q"], ["--jobs"], ["--by", "source"],
-         ["--by", "tp,gpu"], ["--by", "nosuch"], ["--by", ","], ["--by", "collective,nodes"]]), max_size=2),
+         ["--by", "tp,gpu"], ["--by", "nosuch"], ["--by", ","], ["--by", "collective,nodes"],
+         ["--semantics", "nccl"], ["--semantics", "astra"], ["--semantics", "x"]]), max_size=2),
         outputs(["--json", "--plot"])).map(
         lambda x: (["validate", "cases.csv", *(a for pair in x[1] for a in pair), *x[2]], {"cases.csv": x[0]})),
     "calibrate": st.tuples(csv_files(), st.sampled_from(["a100", "nosuch", "", "h100"]),
@@ -406,12 +479,18 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "chakra run (trace files)": st.tuples(et_files() | mutated_et_files(), st.lists(st.sampled_from(
         [["--durations", "recorded"], ["--durations", "x"], ["--cpu-ops", "skip"], ["--dtype", "int3"],
          ["--dtype", "fp16"], ["--nodes", "0"], ["--nodes", "1"], ["--cluster", "nosuch"], ["--cluster", "dgx-h100"],
-         ["--json", "o.json"], ["--json", "-"], ["--comm-groups", "missing.json"]]), max_size=3)).map(
+         ["--json", "o.json"], ["--json", "-"], ["--comm-groups", "missing.json"], ["--topology", "Ring(8)"],
+         ["--topology", "Ring(2)_Switch(4)", "--bandwidth", "100,50", "--latency", "500,500"], ["--bandwidth", "1"],
+         ["--topology", "Torus(8)"], ["--semantics", "astra"], ["--semantics", "x"], ["--latency", "x"]]),
+        max_size=3)).map(
         lambda x: (["chakra", "run", "p", *(a for pair in x[1] for a in pair)], x[0])),
     "sweep": sweeps(),
     "search": searches(),
+    "astra run": astra_runs(),
+    "collective (ASTRA-sim configs)": astra_collectives(),
     "models, clusters, help, version": _no_files(st.sampled_from(
-        [[], ["models"], ["clusters"], ["models", "x"], ["clusters", "--json"], ["nosuch"], ["chakra"],
+        [[], ["models"], ["clusters"], ["models", "x"], ["clusters", "--json"], ["nosuch"], ["chakra"], ["astra"],
+         ["astra", "nosuch"],
          ["chakra", "nosuch"], ["--version"], ["--help"], ["simulate", "--help"],
          ["simulate", "--tensor-parallel", "2"], ["simulate", "a.yaml", "b.yaml"]])),
 }

@@ -215,11 +215,18 @@ def run_collective(op: str, size_bytes: float, dims: Sequence[Dimension], schedu
             DimResult(i, d.kind, d.size, d.algorithm, 0.0, 0.0, d.bandwidth_gbps, d.latency_s)
             for i, d in enumerate(dims)))
     chunk_bytes = size_bytes / chunks
-    if semantics.truncate_ns:  # ASTRA-sim's sizes are whole bytes (its all-gather chunk: whole bytes per rank)
+    splits = chunks
+    if semantics.truncate_ns:
+        # ASTRA-sim (Sys::determine_chunk_size): chunk = comm_size // splits in whole bytes (an all-gather's
+        # comm_size is its input per rank), every chunk carries a full chunk, so a remainder adds a chunk
         per = npus if op == "all_gather" else 1
-        chunk_bytes = whole(size_bytes / per / chunks) * per
+        comm = whole(size_bytes / per)
+        piece = max(1.0, whole(comm / chunks))
+        chunk_bytes = piece * per
+        chunks = max(1, math.ceil(comm / piece - 1e-9))
     if semantics.chunk_floor_npus and op != "all_gather" and chunk_bytes < npus:
-        chunk_bytes = float(npus)  # ASTRA-sim raises a chunk below npus bytes to npus bytes
+        chunk_bytes = float(npus)  # ASTRA-sim raises a chunk below npus bytes to npus bytes, `splits` of them
+        chunks = splits
     if semantics.astra_tree and any(dims[i].algorithm == "double_binary_tree" for i in active):
         from .astra_tree import tree_collective
 

@@ -240,16 +240,17 @@ def message_ns(kind: str, link_gbps: float, npu_gbps: float, latency_ns: float, 
     Per link: each message has a link of its own at `link_gbps`; per NPU: the messages share
     `npu_gbps`. A congestion-aware switch serialises the bytes on the uplink (all of this step's
     messages) and again on the receiver's downlink."""
-    gib = 1.0  # GB/s (1e9 B/s) is 1 B/ns
     if sem.per_link_bandwidth:
-        wire = s.bytes_each / (link_gbps * gib)
+        wire = s.bytes_each / link_gbps  # GB/s (1e9 B/s) is 1 B/ns
     else:
-        wire = s.messages * s.bytes_each / (npu_gbps * gib)
+        wire = s.messages * s.bytes_each / npu_gbps
     lat = s.hops * latency_ns
     if sem.backend == "aware" and sem.per_link_bandwidth:
-        one = whole(wire) if sem.truncate_ns else wire
-        links = (s.messages + 1) if kind == "switch" else s.hops * s.messages if kind == "ring" else 1
-        return one * links, lat
+        # store and forward: every hop takes latency + bytes / bandwidth (whole ns each); the messages of a
+        # step leave one after another on the sender's link, which each holds for its bytes
+        cut = whole if sem.truncate_ns else (lambda x: x)  # noqa: E731
+        queued = (s.messages - 1) * cut(wire) if kind == "switch" else 0.0
+        return s.hops * cut(latency_ns + wire) + queued - lat, lat
     return wire, lat
 
 

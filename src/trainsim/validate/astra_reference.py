@@ -115,7 +115,7 @@ def astra_outcomes(rows: list[dict[str, str]], semantics: str = "astra") -> list
         else:
             gap = ar.gap()
             predicted = gap.nccl_s * 1e6
-            tags.update({f"term:{t.name}": f"{t.delta_s * 1e6:.6g}" for t in gap.terms})
+            tags.update({f"term:{t.name}": repr(t.delta_s * 1e6) for t in gap.terms})  # exact: the table sums them
         out.append(Outcome(row=i, case_id=case, metric="time_us", predicted=predicted, measured=measured,
                            group=row.get("group_id") or None, tags=tags))
     return out
