@@ -240,10 +240,8 @@ def message_ns(kind: str, link_gbps: float, npu_gbps: float, latency_ns: float, 
     Per link: each message has a link of its own at `link_gbps`; per NPU: the messages share
     `npu_gbps`. A congestion-aware switch serialises the bytes on the uplink (all of this step's
     messages) and again on the receiver's downlink."""
-    if sem.per_link_bandwidth:
-        wire = s.bytes_each / link_gbps  # GB/s (1e9 B/s) is 1 B/ns
-    else:
-        wire = s.messages * s.bytes_each / npu_gbps
+    # GB/s (1e9 B/s) is 1 B/ns
+    wire = s.bytes_each / link_gbps if sem.per_link_bandwidth else s.messages * s.bytes_each / npu_gbps
     lat = s.hops * latency_ns
     if sem.backend == "aware" and sem.per_link_bandwidth:
         # store and forward: every hop takes latency + bytes / bandwidth (whole ns each); the messages of a
