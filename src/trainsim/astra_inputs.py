@@ -188,13 +188,14 @@ class AstraSystem(BaseModel):
     local_reduction_delay: int = Field(1, alias="local-reduction-delay", ge=0)
     local_mem_bw: int | float = Field(1600, alias="local-mem-bw", gt=0, le=1e12)
     peak_perf: int | float = Field(900, alias="peak-perf", gt=0, le=1e9)
-    roofline_enabled: Literal[0, 1] = Field(0, alias="roofline-enabled")
-    boost_mode: Literal[0, 1] = Field(0, alias="boost-mode")
-    trace_enabled: Literal[0, 1] = Field(0, alias="trace-enabled")
-    replay_only: Literal[0, 1] = Field(0, alias="replay-only")
-    track_local_mem: Literal[0, 1] = Field(0, alias="track-local-mem")
+    # 0/1 switches: a JSON true is refused (ASTRA-sim compares with 0, so it would read true and false as on)
+    roofline_enabled: int = Field(0, alias="roofline-enabled", ge=0, le=1)
+    boost_mode: int = Field(0, alias="boost-mode", ge=0, le=1)
+    trace_enabled: int = Field(0, alias="trace-enabled", ge=0, le=1)
+    replay_only: int = Field(0, alias="replay-only", ge=0, le=1)
+    track_local_mem: int = Field(0, alias="track-local-mem", ge=0, le=1)
     local_mem_trace_filename: str | None = Field(None, alias="local-mem-trace-filename")
-    model_shared_bus: Literal[0] = Field(0, alias="model-shared-bus")
+    model_shared_bus: int = Field(0, alias="model-shared-bus", ge=0, le=0)
 
     def check(self, source: str, dims: int | None = None) -> AstraSystem:
         for op in OPS:
