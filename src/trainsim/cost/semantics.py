@@ -45,7 +45,7 @@ class Semantics:
     backend: str = "unaware"  # aware: store-and-forward through switches, concurrent sends share the uplink
     queues_per_dim: int = 1  # chunks in flight per dimension (each at full bandwidth when per_link_bandwidth)
     active_chunks_per_dim: int = 1  # chunks admitted at once into the first phase (ASTRA's active chunks)
-    scheduling: str = "FIFO"  # which waiting chunk a free dimension takes
+    scheduling: str = "FIFO"  # ASTRA-sim's policy between collectives; a collective's chunks queue FIFO
     astra_tree: bool = False  # double binary tree priced as ASTRA-sim's tree all-reduce (vs NCCL's)
     local_bw_aware: bool = True  # all-reduce: reduce-scatter up, all-reduce on top, all-gather down (vs an
     # all-reduce in every dimension: ASTRA-sim's collective-optimization "baseline")
@@ -109,7 +109,8 @@ TERMS: tuple[tuple[str, str], ...] = (
     ("truncation", "whole-ns message times, whole-byte messages, chunks raised to npus bytes"),
     ("tree", "ASTRA-sim's double binary tree vs NCCL's"),
     ("collective_optimization", "all-reduce run in every dimension (collective-optimization baseline)"),
-    ("scheduling", "which waiting chunk a free dimension serves (LIFO) and active chunks per dimension"),
+    ("scheduling", "chunks a queue serves at once (active-chunks-per-dimension; LIFO/FIFO only orders "
+                   "different collectives, a collective's own chunks queue first come, first served)"),
 )
 
 
