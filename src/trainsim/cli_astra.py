@@ -63,6 +63,16 @@ def read_inputs(network: str, system: str, remote_memory: str | None = None, bac
     return AstraInputs(net, sysc, remote, backend, queues)
 
 
+def read_as(net: AstraNetwork) -> str:
+    """How ASTRA-sim's units were read (conventions, not terms of the gap)."""
+    parts = []
+    for name, k, bw, lv in zip(net.topology, net.npus_count, net.bandwidth, net.levels(), strict=True):
+        links = f" x {k - 1} peer links" if name == "FullyConnected" else ""
+        parts.append(f"{name}({k}) {bw:g} GiB/s per link{links} = {lv.bandwidth_gbps:,.4g} GB/s per NPU")
+    return ("ASTRA-sim's config read as: " + "; ".join(parts) + " (ASTRA-sim's GB is 2^30 B); an all-gather's "
+            "comm_size is its input per rank (nccl-tests: the gathered output)")
+
+
 def _check_semantics(value: str, flag: str) -> str:
     if value not in SEMANTICS_CHOICES:
         raise ConfigError(flag, f"'{value}' is unknown", "use astra (ASTRA-sim's semantics) or nccl (NCCL-like)")
@@ -178,7 +188,8 @@ def run(
     iteration = _iteration_s(graph, list(graph.duration_s))
     counts = {k: graph.kind.count(k) for k in ("compute", "collective", "p2p", "memory")}
     data: dict[str, Any] = {"iteration_time_s": iteration, "semantics": semantics, "npus": npus,
-                            "topology": inputs.network.notation, "tasks": len(graph), **counts}
+                            "topology": inputs.network.notation, "read_as": read_as(inputs.network),
+                            "tasks": len(graph), **counts}
     gap = workload_gap(graph, inputs) if compare is not None else None
     if gap is not None:
         data["compare"] = gap.as_dict()
@@ -188,8 +199,9 @@ def run(
               f"in {semantics} semantics" + ("" if compare else
                                              " (--compare astra: the other semantics and the terms between them)"))
         if gap is not None:
+            print(read_as(inputs.network))
             print_gap(gap, "iteration")
     write_outputs({json_target: json_text(data, "--json")})
 
 
-__all__ = ["AstraInputs", "astra_app", "print_gap", "read_inputs", "workload_gap"]
+__all__ = ["AstraInputs", "astra_app", "print_gap", "read_as", "read_inputs", "workload_gap"]
