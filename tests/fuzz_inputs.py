@@ -48,6 +48,7 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--micro-batch": INTS, "--global-batch": INTS, "--no-overlap-grad-reduce": None,
     "--overlap-param-gather": None, "--tp-comm-overlap": None, "--no-p2p-scatter-gather": None,
     "--offload": _choice(["none", "cpu", "nvme", "remote"]),
+    "--remote-memory": st.sampled_from(["missing.json", "", ".", "/dev/null"]), "--in-switch-collectives": None,
     "--seq-len": INTS, "--layers": INTS, "--hidden": INTS, "--heads": INTS, "--kv-heads": INTS, "--ffn": INTS,
     "--vocab": INTS, "--attention": _choice(["flash", "unfused"]),
     "--dtype": _choice(["auto", "bf16", "fp16", "fp8", "fp32", "tf32", "int3"]), "--gamma": FLOATS,

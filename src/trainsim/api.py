@@ -24,6 +24,7 @@ from .config import (
     ClusterSpec,
     JobConfig,
     ModelSpec,
+    RemoteMemorySpec,
     SimulationSpec,
     StrategySpec,
     load_yaml,
@@ -39,6 +40,7 @@ from .cost.offload import offload_memory_system
 from .errors import ConfigError
 from .hardware.cluster import CLUSTERS, Cluster, get_cluster
 from .hardware.devices import get_device
+from .hardware.memory_systems import HierarchicalPool, MemorySystem
 from .hardware.topology import TOPOLOGY_PRESETS, cluster_from_topology, format_topology, resolve_topology
 from .limits import BYTES_PER_TASK, MAX_GPUS, MAX_PREDICTED_TASKS
 from .sim.engine import run
@@ -254,7 +256,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict
         cl = _cluster(job)
     else:
         cl, spec, tree = job_tree(job)
-    return _run_tree(tree, cl, job.simulation, spec, wall0, progress)
+    return _run_tree(tree, cl, job.simulation, spec, wall0, progress, job.cluster.remote_memory)
 
 
 _SECTIONS: dict[str, type[ModelSpec | ClusterSpec | StrategySpec | SimulationSpec]] = {
@@ -306,7 +308,9 @@ def job_tree(job: JobConfig) -> tuple[Cluster, ParallelSpec, StrategyTree]:
     """The cluster, preset knobs and strategy tree of a job given by its strategy keys (not a tree file)."""
     cl = _cluster(job)
     spec = _spec(job, cl.world_size)
-    return cl, spec, build_strategy(_job_model(job, spec.micro_batch * spec.dp), spec)
+    tree = build_strategy(_job_model(job, spec.micro_batch * spec.dp), spec)
+    tree.offload_in_switch = job.strategy.offload_in_switch  # a strategy key the presets do not carry
+    return cl, spec, tree
 
 
 def cluster_and_model(job: JobConfig | dict[str, Any]) -> tuple[Cluster, Model]:
@@ -443,8 +447,27 @@ class CostedProgram:
     p2p_host_sync: bool
 
 
-def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec) -> CostedProgram:
-    """Lower the tree in the job's precision and cost every step (compute, communication, memory)."""
+def offload_memory(tree: StrategyTree, cl: Cluster, remote_memory: RemoteMemorySpec | None = None
+                   ) -> MemorySystem | None:
+    """The memory system that prices the tree's offload loads and stores (`cluster.remote_memory` for a remote
+    pool); what a tree file asks for that the pool cannot do is a one-line ConfigError."""
+    if remote_memory is not None and tree.offload != "remote":
+        raise ConfigError("cluster.remote_memory", f"only applies with strategy.offload remote (the strategy's "
+                          f"offload is {tree.offload})", "offload to remote, or drop it")
+    memory = offload_memory_system(tree.offload, cl, remote_memory)
+    if tree.offload_in_switch and (tree.offload != "remote" or not isinstance(memory, HierarchicalPool)):
+        where = f"offload {tree.offload}" if tree.offload != "remote" or remote_memory is None \
+            else f"the {remote_memory.pool} pool"
+        raise ConfigError("strategy.offload_in_switch", f"in-switch collectives need a hierarchical remote pool "
+                          f"(hiermem), not {where}", "offload to remote with pool hiermem, or drop it")
+    return memory
+
+
+def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec,
+                   remote_memory: RemoteMemorySpec | None = None) -> CostedProgram:
+    """Lower the tree in the job's precision and cost every step (compute, communication, memory);
+    `remote_memory` is the job's cluster.remote_memory (the pool behind offload remote)."""
+    memory = offload_memory(tree, cl, remote_memory)  # before lowering: a pool that cannot serve it is refused
     if sim.dtype != "auto" and not cl.device.supports(sim.dtype):
         raise ConfigError("simulation.dtype", f"{cl.device.name} does not support {sim.dtype}",
                           f"use one of {', '.join(cl.device.dtypes)} or auto ({cl.device.training_dtype})")
@@ -455,6 +478,9 @@ def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec) -> Cost
         raise ConfigError("simulation.dtype", f"{cl.device.name} has no {precision.compute_dtype} peak",
                           f"use one of {', '.join(cl.device.dtypes)}") from None
     program = lower(tree, precision)
+    if tree.offload_in_switch and not any(s.in_switch for ch in program.chunks for s in ch.fwd):
+        raise ConfigError("strategy.offload_in_switch", "needs sharded parameters (ZeRO-3 or FSDP): there is no "
+                          "parameter all-gather to do in the switches", "shard the weights (zero 3), or drop it")
     cal = load_calibration(sim.calibration)
     cparams = cal.compute_for(cl.device)
     compute = RooflineCompute(cparams)
@@ -470,20 +496,22 @@ def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec) -> Cost
     else:
         comm = NcclComm(cl, cal.comm or None)
     flows = annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s,
-                     sharing=sim.bandwidth_sharing, exact=sim.exact, memory=offload_memory_system(tree.offload, cl))
+                     sharing=sim.bandwidth_sharing, exact=sim.exact, memory=memory)
     return CostedProgram(program, precision, compute, flows, peak, cal.gamma if sim.gamma is None else sim.gamma,
                          cal.p2p_host_sync)
 
 
 def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
-              wall0: float, progress: ProgressFn | None = None) -> SimulationResult:
-    """Compile, cost and simulate one strategy tree on a cluster (the one path every job takes)."""
+              wall0: float, progress: ProgressFn | None = None,
+              remote_memory: RemoteMemorySpec | None = None) -> SimulationResult:
+    """Compile, cost and simulate one strategy tree on a cluster (the one path every job takes);
+    `remote_memory`: the pool behind offload remote (cluster.remote_memory)."""
     if tree.mesh.world_size != cl.world_size:
         raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
     predicted = check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
     mdl = tree.model
-    costed = costed_program(tree, cl, sim)
+    costed = costed_program(tree, cl, sim, remote_memory)
     program, precision, compute, flows = costed.program, costed.precision, costed.compute, costed.flows
     peak = costed.peak_flops
     sharing = sim.bandwidth_sharing

@@ -110,6 +110,13 @@ def simulate(
                                                         "1/tp per rank, all-gathered on arrival")] = None,
     offload: Annotated[str | None, Opt(help="none | cpu | nvme (ZeRO-Infinity) | remote (HierMem pool): where "
                                             "weights, gradients and optimizer states live")] = None,
+    remote_memory: Annotated[str | None, Opt("--remote-memory", help="with --offload remote: ASTRA-sim's remote "
+                                             "memory JSON as the pool (cluster.remote_memory pool astra)")] = None,
+    in_switch_collectives: Annotated[bool | None, Opt("--in-switch-collectives/--no-in-switch-collectives",
+                                                      help="with --offload remote and --zero 3 / --fsdp: the "
+                                                           "pool's switches gather parameters while loading and "
+                                                           "reduce-scatter gradients while storing "
+                                                           "(strategy.offload_in_switch)")] = None,
     seq_len: Annotated[int | None, Opt(help="sequence length (tokens)")] = None,
     layers: Annotated[int | None, Opt(help="override/define number of layers")] = None,
     hidden: Annotated[int | None, Opt(help="override/define hidden size")] = None,
@@ -156,7 +163,9 @@ def simulate(
         "cluster": {"name": cluster, "nodes": nodes, "gpu": gpu, "gpus_per_node": gpus_per_node,
                     "intra_node_gbps": intra_node_gbps, "nics_per_node": nics_per_node, "nic_gbps": nic_gbps,
                     "topology": topology, "bandwidth_gbps": _floats(bandwidth, "--bandwidth"),
-                    "latency_ns": _floats(latency, "--latency")},
+                    "latency_ns": _floats(latency, "--latency"),
+                    "remote_memory": {"pool": "astra", "config": str(remote_memory)}
+                    if remote_memory is not None else None},
         "strategy": {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "sequence_parallel": sp,
                      "zero": zero, "fsdp": fsdp, "recompute": recompute, "schedule": schedule,
                      "max_ongoing_micro_batch": max_ongoing,
@@ -165,6 +174,7 @@ def simulate(
                      "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm,
                      "dp_replicate": dp_replicate, "first_stage_layers": first_stage_layers,
                      "last_stage_layers": last_stage_layers, "offload": offload,
+                     "offload_in_switch": in_switch_collectives,
                      "p2p_scatter_gather": p2p_scatter_gather,
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
@@ -215,11 +225,15 @@ def simulate(
             resolved.strategy.tree = str(Path(resolved.strategy.tree).resolve())
         if resolved.model.hf_config is not None:  # the dumped job must find the file from anywhere
             resolved.model.hf_config = str(Path(resolved.model.hf_config).resolve())
+        remote = resolved.cluster.remote_memory
+        if remote is not None and remote.config is not None:  # the same for --remote-memory's JSON
+            remote.config = str(Path(remote.config).resolve())
         if job.cluster.topology is None:
             resolved.cluster.nodes = result.n_gpus // max(1, preset_cluster(job.cluster.name).gpus_per_node)
         payloads[config_target] = dump_yaml(resolved)
     if not quiet and not outs.to_stdout:
-        line = _job_line(config, layered, flags)
+        # the summary names --remote-memory by its path, not by the cluster.remote_memory section it sets
+        line = _job_line(config, layered, {**flags, "cluster": {**flags["cluster"], "remote_memory": remote_memory}})
         print_summary(result, job=f"{line}; {auto_note(searched)}" if searched else line)
     write_outputs(payloads)
 
@@ -516,7 +530,7 @@ def collective(
 ) -> None:
     """Time one collective on a topology or cluster (nccl-tests style): time, algbw, busbw, per dimension."""
     json_target = Outputs().add(json_out, "--json")
-    from .cli_astra import _check_semantics, print_gap, read_inputs
+    from .cli_astra import _check_semantics, print_gap, read_as, read_inputs
 
     if semantics is not None:
         _check_semantics(semantics, "--semantics")
@@ -650,8 +664,12 @@ def collective(
     data = report.as_dict()
     if gap is not None:
         data["compare"] = gap.as_dict()
+    if inputs is not None:
+        data["read_as"] = read_as(inputs.network)
     if json_target is None or not json_target.to_stdout:
         _print_collective(report)
+        if inputs is not None:
+            print(data["read_as"])
         if gap is not None:
             print_gap(gap, report.result.op)
     write_outputs({json_target: json_text(data, "--json")})

@@ -66,6 +66,60 @@ class ModelSpec(_Strict):
         "kernels)")
 
 
+_POOL_KEYS: dict[str, tuple[str, ...]] = {
+    "hiermem": ("in_node_gbps", "remote_group_gbps", "out_switches", "remote_groups", "chunk_bytes", "latency_ns"),
+    "zero_infinity": ("remote_group_gbps", "remote_groups", "pcie_gbps", "chunk_bytes", "latency_ns"),
+    "astra": ("config",),
+}
+"""The keys each remote memory pool reads (RemoteMemorySpec); any other key set is refused."""
+
+
+class RemoteMemorySpec(_Strict):
+    """The disaggregated memory behind `strategy.offload: remote` (ASTRA-sim 2.0 section IV-D).
+
+    hiermem: the hierarchical pool of Fig. 6 (GPUs -> in-node switch -> out-node switches -> remote memory
+    groups), in-switch collectives possible; zero_infinity: ZeRO-Infinity's per-node offload devices reached
+    over PCIe (Fig. 10); astra: ASTRA-sim's own remote memory JSON (latency + bytes / bandwidth). A key left
+    out takes the pool's default (None here, so that a dumped job names only what was set); a key another
+    pool reads is refused rather than ignored."""
+
+    pool: Literal["hiermem", "zero_infinity", "astra"] = Field(
+        "hiermem", description="hiermem (ASTRA-sim HierMem), zero_infinity (ZeRO-Infinity offload devices) or "
+        "astra (ASTRA-sim's remote memory JSON, see config)")
+    in_node_gbps: float | None = Field(None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS, description="hiermem: "
+                                       "in-node pooled fabric GB/s per GPU (default 256, TABLE V)")
+    remote_group_gbps: float | None = Field(None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS, description="GB/s "
+                                            "of one remote memory group (hiermem) or offload device "
+                                            "(zero_infinity); default 100 (TABLE V)")
+    out_switches: int | None = Field(None, ge=1, le=MAX_GPUS, description="hiermem: out-node switches "
+                                     "(default: one per node)")
+    remote_groups: int | None = Field(None, ge=1, le=MAX_GPUS, description="remote memory groups (hiermem) or "
+                                      "offload devices spread over the nodes (zero_infinity); default one per GPU")
+    chunk_bytes: int | None = Field(None, ge=1, le=1 << 40, description="pipelined transfer unit in bytes "
+                                    "(default 65536)")
+    latency_ns: float | None = Field(None, ge=0, le=MAX_LATENCY_NS, description="access latency in ns "
+                                     "(default 0)")
+    pcie_gbps: float | None = Field(None, ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS, description="zero_infinity: "
+                                    "host<->GPU GB/s per GPU (default: the GPU generation's PCIe)")
+    config: str | None = Field(None, min_length=1, description="astra: ASTRA-sim's remote memory JSON (memory-type, "
+                               "remote-mem-latency, remote-mem-bw, ...); a relative path is taken from the working "
+                               "directory")
+
+    @model_validator(mode="after")
+    def _pool_keys(self) -> RemoteMemorySpec:
+        """Refuse keys the chosen pool does not read; the astra pool needs its file."""
+        keys = _POOL_KEYS[self.pool]
+        for key in (k for ks in _POOL_KEYS.values() for k in ks):
+            if key not in keys and getattr(self, key) is not None:
+                users = [p for p, ks in _POOL_KEYS.items() if key in ks]
+                raise ConfigError(f"cluster.remote_memory.{key}", f"does not apply to pool {self.pool} (only to "
+                                  f"{' and '.join(users)})", f"drop it, or set pool: {users[0]}")
+        if self.pool == "astra" and self.config is None:
+            raise ConfigError("cluster.remote_memory.config", "pool astra reads ASTRA-sim's remote memory JSON",
+                              "give its path (simulate --remote-memory PATH)")
+        return self
+
+
 class ClusterSpec(_Strict):
     name: str = "dgx-a100"
     nodes: int | None = Field(None, ge=1, le=MAX_GPUS)
@@ -82,6 +136,9 @@ class ClusterSpec(_Strict):
         None, description="with topology: GB/s per NPU per dimension")
     latency_ns: list[Annotated[float, Field(ge=0, le=MAX_LATENCY_NS)]] | None = Field(
         None, description="with topology: ns per hop per dimension")
+    remote_memory: RemoteMemorySpec | None = Field(
+        None, description="the memory pool behind strategy.offload remote (default: ASTRA-sim's HierMem baseline, "
+        "TABLE V)")
 
     @model_validator(mode="after")
     def _topology_keys(self) -> ClusterSpec:
@@ -142,6 +199,10 @@ class StrategySpec(_Strict):
         "none", description="keep parameters, gradients and optimizer states in CPU DRAM / NVMe (ZeRO-Infinity) or "
         "a disaggregated pool (ASTRA-sim HierMem): each layer's weights are loaded before its forward and "
         "backward and its gradients stored after, on the memory stream")
+    offload_in_switch: bool = Field(
+        False, description="with offload remote on a hiermem pool and sharded parameters (zero 3 / fsdp): the "
+        "pool's switches all-gather the parameters while loading and reduce-scatter the gradients while storing "
+        "(ASTRA-sim 2.0 in-switch collectives); the GPUs run neither collective")
 
     @model_validator(mode="after")
     def _contradictions(self) -> StrategySpec:
@@ -159,6 +220,14 @@ class StrategySpec(_Strict):
             raise ConfigError("strategy.overlap_param_gather", "needs sharded parameters (ZeRO >= 1 or FSDP): "
                               "without them there is no parameter all-gather to hide",
                               "add --zero 1 (distributed optimizer), or drop --overlap-param-gather")
+        if self.offload_in_switch and self.offload != "remote":
+            raise ConfigError("strategy.offload_in_switch", "in-switch collectives run in a remote memory pool's "
+                              f"switches, but offload is {self.offload}",
+                              "add --offload remote, or drop --in-switch-collectives")
+        if self.offload_in_switch and self.zero != 3 and not self.fsdp:
+            raise ConfigError("strategy.offload_in_switch", "needs sharded parameters (ZeRO-3 or FSDP): without "
+                              "them there is no parameter all-gather or gradient reduce-scatter to do in the switches",
+                              "add --zero 3 (or --fsdp), or drop --in-switch-collectives")
         return self
 
 
@@ -201,6 +270,22 @@ class JobConfig(_Strict):
     cluster: ClusterSpec = ClusterSpec()
     strategy: StrategySpec = StrategySpec()
     simulation: SimulationSpec = SimulationSpec()
+
+    @model_validator(mode="after")
+    def _remote_memory(self) -> JobConfig:
+        """A remote memory pool only with offload remote; in-switch collectives only in a hiermem pool. (With a
+        strategy tree file the offload target is the tree's: checked when the tree is simulated, api.py.)"""
+        rm, s = self.cluster.remote_memory, self.strategy
+        if s.tree is not None:
+            return self
+        if rm is not None and s.offload != "remote":
+            raise ConfigError("cluster.remote_memory", f"only applies with strategy.offload remote (offload is "
+                              f"{s.offload})", "add --offload remote, or drop it (--remote-memory)")
+        if s.offload_in_switch and rm is not None and rm.pool != "hiermem":
+            raise ConfigError("strategy.offload_in_switch", f"the {rm.pool} pool has no in-switch collectives "
+                              "(only ASTRA-sim's hierarchical pool gathers in its switches)",
+                              "use cluster.remote_memory.pool hiermem, or drop --in-switch-collectives")
+        return self
 
 
 DEFAULT_JOB: dict[str, Any] = {
@@ -366,7 +451,8 @@ def apply_flags(base: dict[str, Any] | None, flags: dict[str, dict[str, Any]]) -
 
 
 _FLAG_NAMES = {"sequence_parallel": "sp", "max_ongoing_micro_batch": "max-ongoing", "bandwidth_gbps": "bandwidth",
-               "latency_ns": "latency", "tree": "strategy-tree", "hf_config": "hf-config"}
+               "latency_ns": "latency", "tree": "strategy-tree", "hf_config": "hf-config",
+               "offload_in_switch": "in-switch-collectives"}
 
 
 def describe_flags(flags: dict[str, dict[str, Any]]) -> str:

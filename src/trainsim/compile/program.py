@@ -65,6 +65,9 @@ class Step:
     host_s: float = 0.0  # framework (CPU) time to issue this step, filled by cost.annotate
     parts: dict[str, float] | None = None  # category split when several steps were fused into one
     access: str = ""  # memory steps: load | store of `size_bytes` (remote), priced by the memory system
+    # memory steps: the pool's switches gather the shard while loading / reduce-scatter it while storing over the
+    # group `axes` (ASTRA-sim 2.0 in-switch collectives; tree.offload_in_switch)
+    in_switch: bool = False
 
 
 @dataclass
@@ -125,6 +128,9 @@ class _Lowerer:
         self.split_wgrad = tree.schedule.kind == "zb-h1"
         self.model_flops = 0.0
         self.hw_flops = 0.0
+        # offload remote with in-switch collectives: the pool reduce-scatters the gradients of layers with sharded
+        # weights while storing them, so their GPU reduce-scatter is not emitted (an HSDP replica all-reduce stays)
+        self.in_switch = tree.offload_in_switch and tree.offload != "none"
 
     # -- helpers -------------------------------------------------------------------------------
     def _out_bytes(self, op: Op, split: Split) -> float:
@@ -301,6 +307,9 @@ class _Lowerer:
         """
         buckets: dict[tuple[str, tuple[str, ...]], float] = {}
         post: dict[tuple[str, ...], float] = {}
+        # in-switch collectives: the layer's gradient store (its whole shard, norms included) reduce-scatters in
+        # the pool when the layer's weights are gathered there (compile.offload), so no GPU reduce-scatter
+        in_switch = self.in_switch and self.zero3_gather(layer, leaf)[0] > 0
         for op in layer.ops:
             if op.params == 0:
                 continue
@@ -339,8 +348,9 @@ class _Lowerer:
             if sharded_opt and shard:
                 # ZeRO / FSDP: reduce-scatter over the sharding group; HSDP then all-reduces the shard over
                 # the replicas (PyTorch HYBRID_SHARD / FSDP2 2-D mesh)
-                key = ("reduce_scatter", shard)
-                buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
+                if not in_switch:
+                    key = ("reduce_scatter", shard)
+                    buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
                 replicas = tuple(a for a in axes if a in REPLICA_AXES)
                 if replicas:
                     key = ("all_reduce", replicas)
@@ -375,6 +385,39 @@ class _Lowerer:
                 axes = tuple(a for a in weight_grad_partial(op, split)
                              if a not in REPLICA_AXES and self.mesh.size(a) > 1)
         return total, axes
+
+    def zero3_stored(self, layer: Layer, leaf: LeafConfig, tied_here: bool = False) -> tuple[float, float]:
+        """Bytes per rank of the shards of the weights `zero3_gather` gathers: (all of them, those the layer's
+        own offload load moves). They differ by a tied weight its tie target stores on this rank (`tied_here`:
+        the LM head sharing the embedding's), which the layer does not store but still gathers."""
+        total = own = 0.0
+        for op in layer.ops:
+            if op.weight is None:
+                continue
+            split = leaf.ops.get(op.name, {})
+            full = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, self.prec.param_bytes)
+            stored = tensor_bytes(op, op.weight, leaf.weights[op.name].weight, self.mesh, self.prec.param_bytes)
+            if stored < full * 0.999:
+                total += stored
+                own += 0.0 if tied_here and op.name == layer.tied_op else stored
+        return total, own
+
+
+def _switch_gathered(gathers: dict[str, tuple[float, tuple[str, ...]]], stored: dict[str, tuple[float, float]],
+                     sizes: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float, tuple[str, ...]]]:
+    """Layers whose ZeRO-3 all-gather the pool's switches do while loading (compile.offload.insert_offload):
+    layer -> (parameter bytes loaded per GPU, bytes it holds once they are gathered, gather axes). The load
+    moves the shards of every gathered weight (a tied one too, which the plain load leaves to its owner) and
+    the layer's other states; the gathered weights replace their shards on the GPU. (The gradient buffer stays
+    the stored shard's size, as without in-switch collectives: the whole gradient a backward makes before its
+    reduce-scatter is not counted in either case.)"""
+    out: dict[str, tuple[float, float, tuple[str, ...]]] = {}
+    for name, (gathered, axes) in gathers.items():
+        shards, own = stored[name]
+        other = sizes[name][0] - own  # stored states that are not gathered (norm scales, biases)
+        if gathered > 0 and shards > 0:
+            out[name] = (other + shards, other + gathered, axes)
+    return out
 
 
 def _insert_zero3(steps: list[Step], layer_first: dict[str, int], gathers: dict[str, tuple[float, tuple[str, ...]]],
@@ -444,6 +487,9 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
     if offload:
         from .offload import insert_offload  # compile.offload builds Steps: imported here, not at module load
     offload_sizes: dict[str, tuple[float, float]] = {}  # layer -> (parameter, gradient) bytes per rank
+    in_switch = offload and lw.in_switch
+    switch_layers: dict[str, tuple[float, float, tuple[str, ...]]] = {}  # see _switch_gathered
+    tied: dict[str, bool] = {}  # layer -> its tied weight is stored by its tie target on this rank
     received: tuple[Layout, float] | None = None  # what the previous chunk sent (scattered over tp)
     for c in range(n_chunks):
         ch = chunks[c]
@@ -457,6 +503,7 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
             prev = lw.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd)
             received = None
             tied_here = layer.tied_to is not None and rank_of.get(layer.tied_to) == rank_of[layer.name]
+            tied[layer.name] = tied_here
             params0, grads0, opt0 = ch.params_local, ch.grads_local, ch.optimizer_params_local
             lw.grad_sync(layer, node.leaf, ch, tied_here)
             ch.layer_states[layer.name] = (ch.params_local - params0, ch.grads_local - grads0,
@@ -467,10 +514,15 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
         if prev and c < n_chunks - 1:
             received = _scatter_over_tp(prev, mesh) if tree.p2p_scatter_gather else prev
             ch.send_fwd_bytes = received[1]
+        if in_switch:  # the pool gathers these layers' weights while loading them: no GPU all-gather
+            stored = {node.layer.name: lw.zero3_stored(node.layer, node.leaf, tied[node.layer.name])
+                      for node, _ in by_chunk[c]}
+            switch_layers.update(_switch_gathered(gathers, stored, offload_sizes))
+            gathers = {k: v for k, v in gathers.items() if k not in switch_layers}
         ch.fwd = _insert_zero3(ch.fwd, first, gathers, "fwd")
         if offload:
             ch.offload = tree.offload
-            ch.fwd = insert_offload(ch.fwd, offload_sizes, "fwd")
+            ch.fwd = insert_offload(ch.fwd, offload_sizes, "fwd", switch_layers)
     # the loss must end replicated (vocab-parallel cross-entropy all-reduces its statistics)
     last = chunks[-1]
     if prev is not None:
@@ -489,9 +541,10 @@ def lower(tree: StrategyTree, precision: Precision) -> Program:
         if grad and c > 0:
             grad = _scatter_over_tp(grad, mesh) if tree.p2p_scatter_gather else grad
             ch.send_bwd_bytes = grad[1]
+        gathers = {k: v for k, v in gathers.items() if k not in switch_layers}
         ch.bwd = _insert_zero3(ch.bwd, first, gathers, "bwd")
         if offload:
-            ch.bwd = insert_offload(ch.bwd, offload_sizes, "bwd")
+            ch.bwd = insert_offload(ch.bwd, offload_sizes, "bwd", switch_layers)
     m = sched.n_micro_batch
     for ch in chunks:
         for s in ch.fwd + ch.bwd:

@@ -23,6 +23,7 @@ from ..strategy.mesh import DeviceMesh
 from ..workload.ir import OpKind
 from .comm import CommModel, port_key
 from .compute import ComputeModel
+from .offload import gather_group_system
 
 # Bytes an Adam step streams per parameter: read fp32 master, m, v and the grad, write master, m, v
 # and the fp16/bf16 working copy (4*3 + 4 + 4*3 + 2 = 30 B; fused multi-tensor Adam, no extra passes).
@@ -154,9 +155,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             if memory is None:
                 raise ValueError(f"step '{step.label}' is a memory access but no memory system was given; "
                                  "pass memory= to annotate (cost.offload.offload_memory_system)")
-            key = ("memory", step.access, step.size_bytes)
+            key = ("memory", step.access, step.size_bytes, step.in_switch, step.axes)
             if key not in cache:
-                cache[key] = memory.time_s(MemoryAccess(step.access, step.size_bytes, "remote"))
+                # an in-switch access gathers / reduce-scatters over its ZeRO-3 group (`axes`) in the pool
+                system = gather_group_system(memory, mesh.group_size(step.axes)) if step.in_switch else memory
+                cache[key] = system.time_s(MemoryAccess(step.access, step.size_bytes, "remote", step.in_switch))
             return cache[key]
         key = (step.collective, step.size_bytes, step.axes, stage_rank)
         if key not in cache:

@@ -17,6 +17,8 @@ import typing
 from functools import cache
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from ..errors import ConfigError
 
 RESULT_COLUMNS: dict[str, str] = {
@@ -75,6 +77,8 @@ def _sql_type(annotation: Any) -> str:  # noqa: ANN401 - a pydantic field annota
         raise TypeError(f"no SQL type for {annotation!r}")
     if origin is list:
         return _sql_type(typing.get_args(annotation)[0]) + "[]"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "VARCHAR"  # a nested section (cluster.remote_memory): its canonical JSON
     scalar = {bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", str: "VARCHAR"}.get(annotation)
     if scalar is None:
         raise TypeError(f"no SQL type for {annotation!r}")
@@ -126,6 +130,8 @@ def _typed(value: Any, sql: str) -> Any:  # noqa: ANN401
     if sql == "BOOLEAN":
         return value if isinstance(value, bool) else None
     if sql == "VARCHAR":
+        if isinstance(value, dict):
+            return canonical_json(value)
         return value if isinstance(value, str) else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None

@@ -481,6 +481,9 @@ class StrategyTree:
     p2p_scatter_gather: bool = True  # Megatron: a pipeline hand-off replicated over tp goes 1/tp per rank
     zero_stage: int = 0  # informational (what a preset asked for); the compiler reads memory configs
     offload: str = "none"  # none | cpu | nvme | remote: model states live off the GPU (ZeRO-Infinity style)
+    # offload remote: the pool's switches gather ZeRO-3 parameters while loading and reduce-scatter gradients
+    # while storing (ASTRA-sim 2.0 in-switch collectives); the GPUs run neither collective
+    offload_in_switch: bool = False
     schedule_set: bool = False  # a schedule was given (preset or schedule()); else derived from the batch at resolve
 
     @classmethod
@@ -682,7 +685,7 @@ class StrategyTree:
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "tp_comm_overlap": self.tp_comm_overlap, "cp_comm": self.cp_comm,
             "p2p_scatter_gather": self.p2p_scatter_gather,
-            "offload": self.offload, "zero_stage": self.zero_stage,
+            "offload": self.offload, "offload_in_switch": self.offload_in_switch, "zero_stage": self.zero_stage,
             "layers": layers,
         }
 
@@ -717,6 +720,7 @@ class StrategyTree:
         for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "p2p_scatter_gather"):
             setattr(tree, flag, bool(data.get(flag, getattr(tree, flag))))
         tree.offload = str(data.get("offload", "none"))
+        tree.offload_in_switch = bool(data.get("offload_in_switch", False))
         cp_comm = data.get("cp_comm", "p2p")
         if cp_comm not in ("p2p", "all_gather"):
             raise ConfigError("strategy.cp_comm", f"unknown value {cp_comm!r}", "use p2p or all_gather")
