@@ -107,8 +107,7 @@ def _reprice(graph: ExecutionGraph, inputs: AstraInputs, sem: Semantics) -> list
             continue
         key = (graph.comm_op[t], graph.comm_bytes[t], graph.comm_ranks[t])
         if key not in cache:
-            cache[key] = comm.time(key[0], key[1], key[2]) if key[0] != "send_recv" else \
-                comm.time("send_recv", key[1], key[2])
+            cache[key] = comm.time(*key)
         out[t] = cache[key]
     return out
 
