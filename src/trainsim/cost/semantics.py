@@ -88,16 +88,7 @@ def astra(endpoint_delay_ns: float = ASTRA_ENDPOINT_DELAY_NS,
                      local_bw_aware=local_bw_aware)
 
 
-def named(name: str) -> Semantics:
-    """`nccl` or `astra` (ASTRA-sim's defaults); ValueError naming the choices otherwise."""
-    if name == "nccl":
-        return NCCL
-    if name == "astra":
-        return astra()
-    raise ValueError(f"semantics '{name}' is not one of {', '.join(SEMANTICS)}")
-
-
-# The terms, in the order `gap_terms` removes them from ASTRA's semantics on the way to NCCL's.
+# The terms, in the order `collective_gap.explain` switches them off from ASTRA's semantics on the way to NCCL's.
 TERMS: tuple[tuple[str, str], ...] = (
     ("queues", "several chunks in flight per dimension, each at full bandwidth (num-queues-per-dim)"),
     ("latency_per_chunk", "latency paid per chunk and step, one chunk at a time per dimension"),
@@ -283,4 +274,4 @@ def phase_ns(kind: str, k: int, link_gbps: float, npu_gbps: float, latency_ns: f
 
 __all__ = ["ASTRA_ENDPOINT_DELAY_NS", "ASTRA_LOCAL_MEM_BW_GBPS", "BACKENDS", "NCCL", "POLICIES", "SEMANTICS",
            "Semantics", "Steps", "TERMS", "algorithm_steps", "astra", "hops", "links_per_npu", "message_ns",
-           "named", "phase_ns", "without"]
+           "phase_ns", "without"]
