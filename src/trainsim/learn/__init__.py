@@ -1,0 +1,1 @@
+"""Learned corrections of trainsim's analytical times (PredTOP-style stage-latency models)."""

@@ -1,0 +1,94 @@
+"""Labelled stage graphs from measured runs, and the split by configuration PredTOP evaluates with.
+
+vTrain's ground-truth files (Megatron-DeepSpeed GPT on A100, `../shared/validation/vtrain/`): each row is
+one configuration with its measured iteration time; the row's job (validate.vtrain.row_job) is lowered,
+costed and simulated by trainsim, and its slowest stage becomes a StageGraph labelled with the measurement.
+trainsim's own simulation is a feature (the analytical time the model corrects), never a label.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..files import read_csv
+from .stage_graph import StageGraph, job_stage_graph
+
+CONFIG_COLUMNS_SKIP = ("iteration time (ms)",)
+
+
+def config_key(row: dict[str, str]) -> str:
+    """A row's configuration: every column but the measurement (rows of one configuration split together)."""
+    return "|".join(f"{k.strip()}={v.strip()}" for k, v in sorted(row.items()) if k.strip() not in
+                    CONFIG_COLUMNS_SKIP)
+
+
+def _row_graph(row: dict[str, str]) -> StageGraph | str:
+    from ..validate.vtrain import _measured_s, row_job
+
+    job = row_job(row)
+    if isinstance(job, str):
+        return job
+    try:
+        return job_stage_graph(job, _measured_s(row), config_key(row))
+    except ConfigError as exc:
+        return exc.one_line()
+
+
+def vtrain_graphs(path: str | Path, jobs: int = 1, progress: Callable[[int], None] | None = None,
+                  limit: int | None = None) -> tuple[list[StageGraph], list[str]]:
+    """The labelled stage graphs of a vTrain ground-truth CSV and the reasons of the rows that could not
+    be built (in file order; `limit` keeps the first rows only)."""
+    from ..validate.vtrain import REQUIRED_COLUMNS
+
+    header, rows = read_csv(path, "--data", what="vTrain ground-truth CSV")
+    missing = [c for c in REQUIRED_COLUMNS if c not in header and c != "# GPUs"]
+    if missing:
+        raise ConfigError("--data", f"{path} lacks vTrain's columns {missing}",
+                          "pass ../shared/validation/vtrain/ground_truth_single.csv (or _multi.csv)")
+    rows = rows[:limit] if limit is not None else rows
+    out: list[StageGraph] = []
+    skipped: list[str] = []
+    results: list[StageGraph | str] = []
+    if jobs <= 1 or len(rows) < 8:
+        for r in rows:
+            results.append(_row_graph(r))
+            if progress:
+                progress(1)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for res in pool.map(_row_graph, rows, chunksize=max(1, len(rows) // (jobs * 16))):
+                results.append(res)
+                if progress:
+                    progress(1)
+    for res in results:
+        (skipped if isinstance(res, str) else out).append(res)  # type: ignore[arg-type]
+    return out, skipped  # type: ignore[return-value]
+
+
+def split_by_config(graphs: list[StageGraph], train_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Train and test indices: a seeded random `train_fraction` of the configurations, the rest held back."""
+    if not 0 < train_fraction < 1:
+        raise ConfigError("--train-fraction", f"{train_fraction} is not a fraction", "use a number in (0, 1)")
+    keys = sorted({g.key for g in graphs})
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(keys))
+    n_train = max(1, min(len(keys) - 1, math.floor(train_fraction * len(keys) + 0.5)))
+    train_keys = {keys[i] for i in order[:n_train]}
+    train = [i for i, g in enumerate(graphs) if g.key in train_keys]
+    test = [i for i, g in enumerate(graphs) if g.key not in train_keys]
+    return train, test
+
+
+def analytical_mre_pct(graphs: list[StageGraph]) -> float:
+    """trainsim's analytical model on the same graphs: mean relative error of its iteration, in %."""
+    errs = [abs(g.base_iter_s - g.label_s) / g.label_s for g in graphs if g.label_s]
+    return 100.0 * sum(errs) / len(errs) if errs else math.nan
+
+
+__all__ = ["analytical_mre_pct", "config_key", "split_by_config", "vtrain_graphs"]

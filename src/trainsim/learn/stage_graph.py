@@ -1,0 +1,145 @@
+"""A pipeline stage as PredTOP sees it: the operator DAG of one micro-batch's forward and backward on one
+stage, after the strategy is applied, with per-op features, plus trainsim's analytical times.
+
+Built from trainsim's own IR (the lowered, costed program), so a compiled model, a search candidate and a
+validation row all give the same kind of graph. Symmetry first: the transformer blocks of a stage are
+identical, so the graph holds one block's ops (and whatever is unique to the stage: embedding, LM head,
+loss) and the graph features carry how many blocks the stage runs; a stage's graph stays at tens of nodes
+whatever the depth of the model.
+
+The learned part predicts a correction of the analytical stage time; the iteration follows the pipeline:
+`iteration = base_iter_s + slots * (stage_s - base_stage_s)` with `slots` = micro-batches + stages - 1
+(PredTOP's T = sum(t_i) + (B - 1) max(t_i) for identical stages, laid over trainsim's own simulation,
+which keeps the data-parallel and optimizer terms).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..compile.program import ChunkProgram, Step, Stream
+
+KINDS = ("compute", "collective", "memory")
+PHASES = ("fwd", "bwd", "recompute", "other")
+CATEGORIES = ("compute", "recompute", "tp", "other")
+OP_KINDS = ("matmul", "bmm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "other")
+NODE_FEATURES = (*(f"kind:{k}" for k in KINDS), *(f"phase:{p}" for p in PHASES),
+                 *(f"category:{c}" for c in CATEGORIES), *(f"op:{o}" for o in OP_KINDS),
+                 "log_flops", "log_bytes", "log_time_us", "efficiency", "repeats")
+GRAPH_FEATURES = ("log_micro_batch", "log_tp", "log_dp", "log_pp", "log_hidden", "log_layers", "log_seq",
+                  "log_micro_batches", "log_blocks", "log_base_stage_us", "log_base_iter_ms", "log_nodes")
+_BLOCK = re.compile(r"^(.*?)(\d+)$")  # layer names of repeated blocks end in their index ("block7")
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    """One stage's DAG (see the module docstring); `key` names the configuration (the unit of splits)."""
+
+    x: np.ndarray  # float32 [n_nodes, len(NODE_FEATURES)]
+    edges: np.ndarray  # int64 [2, n_edges], src -> dst, src < dst (node ids in topological order)
+    g: np.ndarray  # float32 [len(GRAPH_FEATURES)]
+    base_stage_s: float
+    base_iter_s: float
+    slots: float
+    label_s: float | None
+    key: str
+
+
+def _one_hot(value: str, choices: tuple[str, ...]) -> list[float]:
+    v = value if value in choices else choices[-1]
+    return [1.0 if c == v else 0.0 for c in choices]
+
+
+def _block_of(layer: str) -> tuple[str, int] | None:
+    m = _BLOCK.match(layer)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def _stage_steps(ch: ChunkProgram) -> tuple[list[Step], list[tuple[int, int]], float, int]:
+    """The steps of one representative block plus the stage's unique layers, their dataflow edges, the
+    stage's analytical time (compute and TP communication of every step: the stream a micro-batch waits
+    on) and how many blocks the stage runs."""
+    steps = [*ch.fwd, *ch.bwd]
+    offsets = [0] * len(ch.fwd) + [len(ch.fwd)] * len(ch.bwd)
+    blocks = {b for s in steps if (b := _block_of(s.layer)) is not None}
+    first = min(blocks, key=lambda b: b[1]) if blocks else None
+    keep = [i for i, s in enumerate(steps) if _block_of(s.layer) is None or _block_of(s.layer) == first]
+    new = {old: i for i, old in enumerate(keep)}
+    edges: list[tuple[int, int]] = []
+    for old in keep:
+        s = steps[old]
+        previous = (old - 1,) if old > 0 else ()
+        deps = previous if s.deps is None else tuple(d + offsets[old] for d in s.deps)
+        if old == len(ch.fwd) and len(ch.fwd):  # the backward starts after the forward
+            deps = (*deps, len(ch.fwd) - 1)
+        for d in deps:
+            src = _nearest_kept(d, new)
+            if src is not None and src < new[old]:
+                edges.append((src, new[old]))
+    base = sum(s.duration_s for s in steps if s.stream in (Stream.COMPUTE, Stream.FEATURE))
+    return [steps[i] for i in keep], sorted(set(edges)), base, max(1, len({b for b in blocks}))
+
+
+def _nearest_kept(index: int, new: dict[int, int]) -> int | None:
+    """A dependency on a step of another block stands for the same step of the kept block: the nearest
+    kept step at or before it."""
+    while index >= 0 and index not in new:
+        index -= 1
+    return new.get(index)
+
+
+def _node_features(s: Step, blocks: int, repeated: bool) -> list[float]:
+    op_kind = str(s.op.kind) if s.op is not None else ("other" if s.kind != "compute" else "elementwise")
+    time_us = s.duration_s * 1e6
+    flops = s.hw_flops
+    moved = s.size_bytes or (s.alloc_bytes if s.kind == "compute" else 0.0)
+    eff = min(1.0, flops / max(s.duration_s, 1e-12) / 312e12) if flops else 0.0
+    return [*_one_hot(s.kind, KINDS),
+            *_one_hot(s.phase if s.phase in PHASES else "other", PHASES),
+            *_one_hot(s.category, CATEGORIES),
+            *_one_hot(op_kind, OP_KINDS),
+            math.log1p(flops / 1e9), math.log1p(moved / 1e6), math.log1p(time_us), eff,
+            math.log(blocks) if repeated else 0.0]
+
+
+def stage_graph(ch: ChunkProgram, *, micro_batch: int, tp: int, dp: int, pp: int, hidden: int, layers: int,
+                seq: int, micro_batches: int, base_iter_s: float, label_s: float | None = None,
+                key: str = "") -> StageGraph:
+    """The StageGraph of one costed chunk (cost.annotate has filled every step's duration)."""
+    steps, edges, base_stage, blocks = _stage_steps(ch)
+    x = np.array([_node_features(s, blocks, _block_of(s.layer) is not None) for s in steps], dtype=np.float32)
+    e = np.array(edges, dtype=np.int64).T if edges else np.zeros((2, 0), dtype=np.int64)
+    g = np.array([math.log(micro_batch), math.log(tp), math.log(dp), math.log(pp), math.log(hidden),
+                  math.log(layers), math.log(seq), math.log(micro_batches), math.log(blocks),
+                  math.log(base_stage * 1e6), math.log(base_iter_s * 1e3), math.log(len(steps))], dtype=np.float32)
+    return StageGraph(x, e, g, base_stage, base_iter_s, float(micro_batches + pp - 1), label_s, key)
+
+
+def job_stage_graph(job: dict[str, Any], label_s: float | None = None, key: str = "") -> StageGraph:
+    """The graph of a job's slowest stage and trainsim's simulated iteration (api.simulate)."""
+    from ..api import costed_program, job_tree, simulate
+    from ..config import parse_job
+
+    cfg = parse_job(job)
+    cl, spec, tree = job_tree(cfg)
+    costed = costed_program(tree, cl, cfg.simulation, cfg.cluster.remote_memory)
+    res = simulate(cfg)
+    chunks = costed.program.chunks
+    ch = max(chunks, key=lambda c: _stage_steps(c)[2])
+    m = tree.model
+    return stage_graph(ch, micro_batch=spec.micro_batch, tp=spec.tp, dp=spec.dp, pp=spec.pp, hidden=_hidden(job),
+                       layers=len([layer for layer in m.layers if _block_of(layer.name)]) or len(m.layers),
+                       seq=int(job["model"].get("seq_len") or 1), micro_batches=tree.schedule.n_micro_batch,
+                       base_iter_s=res.iteration_time_s, label_s=label_s, key=key)
+
+
+def _hidden(job: dict[str, Any]) -> int:
+    return int(job["model"].get("hidden") or 1)
+
+
+__all__ = ["GRAPH_FEATURES", "NODE_FEATURES", "StageGraph", "job_stage_graph", "stage_graph"]
