@@ -124,6 +124,16 @@ def zero_infinity() -> System:
 CATS = ("compute", "local_memory", "remote_memory", "comm", "idle")
 
 
+def paper_table(title: str, ours: str, rows: list[tuple[str, str, str]]) -> Table:
+    """The paper's findings beside trainsim's: (finding, paper, trainsim) per row."""
+    t = Table(title=title)
+    for col in ("finding", "paper", ours):
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
 def build(system: System, moe: MoE) -> ExecutionGraph:
     """One training iteration of one GPU (symmetric: one rank class of multiplicity 256)."""
     g = ExecutionGraph()
@@ -250,14 +260,10 @@ def main() -> None:
                   f"{base / it:.2f}x")
     con.print(t)
     z, b, o = rows[0][1], rows[1][1], rows[2][1]
-    p = Table(title="paper vs trainsim")
-    for col in ("finding", "paper", "trainsim"):
-        p.add_column(col)
-    p.add_row("ZeRO-Infinity vs HierMem(baseline)", PAPER["zero_vs_base"],
-              f"ZeRO-Infinity {100 * (b / z - 1):.2f}% faster")
-    p.add_row("HierMem(opt) speedup over baseline", f"{PAPER['opt_speedup']}x", f"{b / o:.2f}x")
-    p.add_row("HierMem(opt) in-node / group GB/s", f"{PAPER['opt'][0]} / {PAPER['opt'][1]}", f"{opt[0]} / {opt[1]}")
-    con.print(p)
+    con.print(paper_table("paper vs trainsim", "trainsim", [
+        ("ZeRO-Infinity vs HierMem(baseline)", PAPER["zero_vs_base"], f"ZeRO-Infinity {100 * (b / z - 1):.2f}% faster"),
+        ("HierMem(opt) speedup over baseline", f"{PAPER['opt_speedup']}x", f"{b / o:.2f}x"),
+        ("HierMem(opt) in-node / group GB/s", f"{PAPER['opt'][0]} / {PAPER['opt'][1]}", f"{opt[0]} / {opt[1]}")]))
     s = Table(title="sweep: iteration ms (rows: in-node pooled fabric GB/s, columns: remote group GB/s)")
     s.add_column("in-node")
     for r in range(100, 501, 100):
@@ -342,15 +348,12 @@ def part2(con: Console) -> None:
     con.print(t)
     z, o = results[0][1].iteration_time_s, results[2][1].iteration_time_s
     gap = 100 * (z / base - 1)
-    p = Table(title="paper (1T MoE) vs trainsim simulate (dense GPT-3 175B)")
-    for col in ("finding", "paper", "trainsim simulate"):
-        p.add_column(col)
-    p.add_row("ZeRO-Infinity vs HierMem(baseline)", PAPER["zero_vs_base"],
-              f"ZeRO-Infinity {abs(gap):.1f}% {'slower' if gap > 0 else 'faster'}")
-    p.add_row("HierMem(opt 512/500) speedup over baseline", f"{PAPER['opt_speedup']}x", f"{base / o:.2f}x")
-    p.add_row("best with least resources (in-node / group GB/s)", f"{PAPER['opt'][0]} / {PAPER['opt'][1]}",
-              f"{found[0]} / {found[1]} ({base / grid[found]:.2f}x)")
-    con.print(p)
+    con.print(paper_table("paper (1T MoE) vs trainsim simulate (dense GPT-3 175B)", "trainsim simulate", [
+        ("ZeRO-Infinity vs HierMem(baseline)", PAPER["zero_vs_base"],
+         f"ZeRO-Infinity {abs(gap):.1f}% {'slower' if gap > 0 else 'faster'}"),
+        ("HierMem(opt 512/500) speedup over baseline", f"{PAPER['opt_speedup']}x", f"{base / o:.2f}x"),
+        ("best with least resources (in-node / group GB/s)", f"{PAPER['opt'][0]} / {PAPER['opt'][1]}",
+         f"{found[0]} / {found[1]} ({base / grid[found]:.2f}x)")]))
     zr, br = results[0][1], results[1][1]
     con.print("one layer, per GPU: parameters in-switch load {:.2f} ms vs shard load + GPU all-gather {:.2f} + {:.2f} ms;"
               " gradients in-switch store {:.2f} ms vs GPU reduce-scatter {:.2f} ms + shard store {:.2f} ms".format(

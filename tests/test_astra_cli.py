@@ -192,7 +192,8 @@ def test_astra_run_conv_4d_at_512_npus(tmp_path: Path, workloads: dict[str, str]
 
 def test_astra_run_refusals(tmp_path: Path, workloads: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     base = ["astra", "run", "--system", str(DATA / "Ring_4chunks.json"), "--workload", workloads["ar8"]]
-    assert "4 NPUs" in one_line_error([*base, "--network", str(DATA / "Ring_4npus.yml")], capsys) or True
+    err = one_line_error([*base, "--network", str(DATA / "Ring_4npus.yml")], capsys)
+    assert "--workload" in err and "8 .et file(s)" in err and "4 NPUs" in err
     one_line_error([*base, "--network", str(DATA / "Ring_FullyConnected_Switch.yml"), "--backend", "aware"], capsys)
     one_line_error([*base, "--network", str(DATA / "Ring_8npus.json"), "--semantics", "exact"], capsys)
     one_line_error([*base, "--network", str(DATA / "Ring_8npus.json"), "--num-queues-per-dim", "0"], capsys)

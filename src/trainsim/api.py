@@ -501,17 +501,29 @@ def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec,
                          cal.p2p_host_sync)
 
 
+def simulate_costed(job: JobConfig | dict[str, Any]) -> tuple[SimulationResult, CostedProgram]:
+    """A job given by its strategy keys simulated, and the costed program it ran: what a model that reads
+    the program (trainsim.learn's stage graphs) needs beside the prediction, lowered once."""
+    job = parse_job(job) if isinstance(job, dict) else job
+    wall0 = time.perf_counter()
+    cl, spec, tree = job_tree(job)
+    check_work(tree, job.simulation)
+    costed = costed_program(tree, cl, job.simulation, job.cluster.remote_memory)
+    return _run_tree(tree, cl, job.simulation, spec, wall0, costed=costed), costed
+
+
 def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
               wall0: float, progress: ProgressFn | None = None,
-              remote_memory: RemoteMemorySpec | None = None) -> SimulationResult:
+              remote_memory: RemoteMemorySpec | None = None, costed: CostedProgram | None = None) -> SimulationResult:
     """Compile, cost and simulate one strategy tree on a cluster (the one path every job takes);
-    `remote_memory`: the pool behind offload remote (cluster.remote_memory)."""
+    `remote_memory`: the pool behind offload remote (cluster.remote_memory); `costed`: the tree already
+    lowered and costed on `cl` with `sim` (simulate_costed)."""
     if tree.mesh.world_size != cl.world_size:
         raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
     predicted = check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
     mdl = tree.model
-    costed = costed_program(tree, cl, sim, remote_memory)
+    costed = costed or costed_program(tree, cl, sim, remote_memory)
     program, precision, compute, flows = costed.program, costed.precision, costed.compute, costed.flows
     peak = costed.peak_flops
     sharing = sim.bandwidth_sharing

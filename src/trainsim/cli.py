@@ -530,11 +530,11 @@ def collective(
 ) -> None:
     """Time one collective on a topology or cluster (nccl-tests style): time, algbw, busbw, per dimension."""
     json_target = Outputs().add(json_out, "--json")
-    from .cli_astra import _check_semantics, print_gap, read_as, read_inputs
+    from .cli_astra import check_semantics, print_gap, read_as, read_inputs
 
     if semantics is not None:
-        _check_semantics(semantics, "--semantics")
-    if compare is not None and _check_semantics(compare, "--compare") != "astra":
+        check_semantics(semantics, "--semantics")
+    if compare is not None and check_semantics(compare, "--compare") != "astra":
         raise ConfigError("--compare", f"'{compare}' is not a comparison", "use --compare astra")
     inputs = None
     if astra_network is not None:

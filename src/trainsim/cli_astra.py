@@ -73,7 +73,7 @@ def read_as(net: AstraNetwork) -> str:
             "comm_size is its input per rank (nccl-tests: the gathered output)")
 
 
-def _check_semantics(value: str, flag: str) -> str:
+def check_semantics(value: str, flag: str) -> str:
     if value not in SEMANTICS_CHOICES:
         raise ConfigError(flag, f"'{value}' is unknown", "use astra (ASTRA-sim's semantics) or nccl (NCCL-like)")
     return value
@@ -166,9 +166,9 @@ def run(
 ) -> None:
     """Run an ASTRA-sim workload from ASTRA-sim's own config files with trainsim's engine."""
     json_target = Outputs().add(json_out, "--json")
-    _check_semantics(semantics, "--semantics")
+    check_semantics(semantics, "--semantics")
     if compare is not None:
-        _check_semantics(compare, "--compare")
+        check_semantics(compare, "--compare")
     inputs = read_inputs(network, system, remote_memory, backend, queues)
     from .hardware.topology import cluster_from_topology
     from .trace.chakra import et_files, load_chakra

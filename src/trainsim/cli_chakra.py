@@ -17,20 +17,6 @@ chakra_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exce
 Opt = typer.Option
 
 
-def load_cluster(name: str, nodes: int | None = None, world: int | None = None) -> Any:  # noqa: ANN401
-    """A cluster preset sized to `nodes` (or to `world` ranks); one-line ConfigError on a bad name."""
-    from .hardware.cluster import get_cluster
-
-    try:
-        base = get_cluster(name)
-    except KeyError:
-        raise ConfigError("--cluster", f"unknown cluster '{name}'", "see `trainsim clusters`") from None
-    if not base.has_network:
-        return base
-    n = nodes if nodes is not None else max(1, -(-(world or base.world_size) // base.gpus_per_node))
-    return base.with_nodes(n)
-
-
 def parse_ranks(text: str | None) -> list[int] | None:
     """'0-3,8' -> [0, 1, 2, 3, 8]; None -> None (every rank)."""
     if text is None:
@@ -132,9 +118,9 @@ def run(
 ) -> None:
     """Simulate a Chakra ET workload with trainsim's engine and print the iteration time."""
     json_target = Outputs().add(json_out, "--json")
-    from .cli_astra import _check_semantics
+    from .cli_astra import check_semantics
 
-    _check_semantics(semantics, "--semantics")
+    check_semantics(semantics, "--semantics")
     if topology is None and (bandwidth is not None or latency is not None):
         raise ConfigError("--bandwidth" if bandwidth is not None else "--latency", "only applies with --topology",
                           "add --topology, or drop it")
@@ -150,10 +136,12 @@ def run(
     comm = None
     target: Any = cluster
     if topology is not None or semantics == "astra":
+        from .api import preset_cluster
         from .astra_inputs import AstraSystem
         from .cli import _floats
+        from .cost.multidim import AnalyticalComm
         from .hardware.topology import cluster_from_topology, resolve_topology
-        from .trace.chakra import et_files
+        from .trace.chakra import et_files, resolve_cluster
 
         world = len(et_files(prefix))
         if topology is not None:
@@ -164,15 +152,11 @@ def run(
                 raise ConfigError("--topology", str(exc), "") from None
             if nodes is not None:
                 raise ConfigError("--nodes", "has no effect with --topology (the topology fixes the NPUs)", "drop it")
-            target = cluster_from_topology(levels, load_cluster(cluster).device)
+            target = cluster_from_topology(levels, preset_cluster(cluster, "--cluster").device)
         else:
-            target = load_cluster(cluster, nodes, world)
+            target = resolve_cluster(cluster, nodes, world)
             levels = tuple(lv for lv in target.levels if lv.size > 1)
-        comm = AstraSystem().comm(levels) if semantics == "astra" else None
-        if comm is None:
-            from .cost.multidim import AnalyticalComm
-
-            comm = AnalyticalComm(levels)
+        comm = AstraSystem().comm(levels) if semantics == "astra" else AnalyticalComm(levels)
     graph = load_chakra(prefix, target, nodes=nodes if topology is None else None, durations=durations,
                         cpu_ops=cpu_ops, dtype=dtype, comm_groups=comm_groups, comm=comm)
     cal = load_calibration(None)

@@ -73,19 +73,18 @@ def tree_collective(op: str, size_bytes: float, dims: Sequence[Dimension], activ
     plan = _chunk_phases(op, dims, active, chunk_bytes, sem)  # the top phase's entry is replaced by the tree
     j_top = next(j for j, (d, *_) in enumerate(plan) if d == top)
     data = chunk_bytes / math.prod(dims[i].size for i in active[:-1])
-    msg = Steps(1, 1, whole(data) if sem.truncate_ns else data, 1)
+    msg_bytes = whole(data) if sem.truncate_ns else data  # every tree message carries the whole chunk
     e = sem.endpoint_delay_ns
     red = 0.0 if sem.local_mem_bw_gbps is None else 3 * (whole(data / sem.local_mem_bw_gbps) if sem.truncate_ns
                                                            else data / sem.local_mem_bw_gbps)
 
     def delay_ns(a: int, b: int) -> float:
-        s = Steps(1, 1, msg.bytes_each, hops(dim.kind, k, abs(a - b)))
+        s = Steps(1, 1, msg_bytes, hops(dim.kind, k, abs(a - b)))
         wire, lat = message_ns(dim.kind, dim.link_gbps, dim.bandwidth_gbps, dim.latency_s * 1e9, s, sem)
         return whole(wire + lat) if sem.truncate_ns else wire + lat
 
     trees = [tree_roles(k, True), tree_roles(k, False)]
     # per position: the chunk pipeline over its own queues; the tree phase couples the positions
-    start: dict[tuple[int, int], float] = {}  # (chunk, position) -> tree phase start
     arrive: dict[tuple[int, int, int], float] = {}  # (chunk, src, dst) -> message arrival
     posted: dict[tuple[int, int, int], float] = {}  # (chunk, src, dst) -> receive posted
     got: dict[tuple[int, int], list[float]] = {}  # (chunk, position) -> child bundle completions
@@ -116,7 +115,6 @@ def tree_collective(op: str, size_bytes: float, dims: Sequence[Dimension], activ
 
     def tree_start(t: float, c: int, p: int) -> None:
         parent, children = trees[c % 2]
-        start[(c, p)] = t
         if not children[p]:  # leaf: one bundle, send up, wait for the parent
             send(t + e, c, p, parent[p])
             post(t + e, c, parent[p], p)
@@ -145,7 +143,7 @@ def tree_collective(op: str, size_bytes: float, dims: Sequence[Dimension], activ
                     send(t_up, c, p, parent[p])
                     post(t_up, c, parent[p], p)
 
-    queues = [(d, 0) for d, *_ in plan]
+    dim_of = [d for d, *_ in plan]  # one queue per dimension and position
     for p in range(k):
         for c in range(chunks):
             push(0.0, READY, c, p, 0)
@@ -157,17 +155,16 @@ def tree_collective(op: str, size_bytes: float, dims: Sequence[Dimension], activ
         j = arg
         if kind == DONE:
             j = j_top
+        slot = (p, dim_of[j])
         if kind in (FREE, DONE):
-            q = queues[j]
-            free[(p, q[0])] = True
+            free[slot] = True
+            ready = now + (0 if kind == DONE else plan[j][2] * 1e9)
             if j + 1 < len(plan):
-                push(now + (0 if kind == DONE else plan[j][2] * 1e9), READY, c, p, j + 1)
+                push(ready, READY, c, p, j + 1)
             else:
-                finish[p] = max(finish[p], now + (0 if kind == DONE else plan[j][2] * 1e9))
+                finish[p] = max(finish[p], ready)
         else:  # READY: the chunk joins the queue of stage j at this position
-            heapq.heappush(waiting.setdefault((p, queues[j][0]), []), (now, c, j, 0))
-            q = queues[j]
-        slot = (p, q[0])
+            heapq.heappush(waiting.setdefault(slot, []), (now, c, j, 0))
         line = waiting.get(slot)
         if line and free.get(slot, True):
             _, c2, j2, _ = heapq.heappop(line)

@@ -188,7 +188,7 @@ def _priced(dim: Dimension, d: int, phase: str, data: float, sem: Semantics) -> 
     """One phase: under NCCL semantics the link is busy for the bytes and the step latencies delay only
     the chunk (propagation); under ASTRA's the chunk holds the dimension for every step."""
     steps = algorithm_steps(dim.algorithm, phase, dim.kind, dim.size, data, sem)
-    busy, delay, sent = phase_ns(dim.kind, dim.size, dim.link_gbps, dim.bandwidth_gbps, dim.latency_s * 1e9, steps, sem)
+    busy, delay, sent = phase_ns(dim.kind, dim.link_gbps, dim.bandwidth_gbps, dim.latency_s * 1e9, steps, sem)
     return d, busy * 1e-9, delay * 1e-9, sent
 
 

@@ -244,7 +244,7 @@ def message_ns(kind: str, link_gbps: float, npu_gbps: float, latency_ns: float, 
     return wire, lat
 
 
-def phase_ns(kind: str, k: int, link_gbps: float, npu_gbps: float, latency_ns: float, steps: list[Steps],
+def phase_ns(kind: str, link_gbps: float, npu_gbps: float, latency_ns: float, steps: list[Steps],
              sem: Semantics) -> tuple[float, float, float]:
     """(busy ns, chunk delay ns, bytes sent) of one phase of one chunk on one dimension.
 

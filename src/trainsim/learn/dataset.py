@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -51,24 +50,10 @@ def vtrain_graphs(path: str | Path, jobs: int = 1, progress: Callable[[int], Non
     if missing:
         raise ConfigError("--data", f"{path} lacks vTrain's columns {missing}",
                           "pass ../shared/validation/vtrain/ground_truth_single.csv (or _multi.csv)")
-    rows = rows[:limit] if limit is not None else rows
-    out: list[StageGraph] = []
-    skipped: list[str] = []
-    results: list[StageGraph | str] = []
-    if jobs <= 1 or len(rows) < 8:
-        for r in rows:
-            results.append(_row_graph(r))
-            if progress:
-                progress(1)
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for res in pool.map(_row_graph, rows, chunksize=max(1, len(rows) // (jobs * 16))):
-                results.append(res)
-                if progress:
-                    progress(1)
-    for res in results:
-        (skipped if isinstance(res, str) else out).append(res)  # type: ignore[arg-type]
-    return out, skipped  # type: ignore[return-value]
+    from ..validate.runner import map_rows
+
+    results = map_rows(_row_graph, rows[:limit] if limit is not None else rows, jobs, progress, batches_per_job=16)
+    return [r for r in results if not isinstance(r, str)], [r for r in results if isinstance(r, str)]
 
 
 def split_by_config(graphs: list[StageGraph], train_fraction: float, seed: int) -> tuple[list[int], list[int]]:

@@ -93,12 +93,12 @@ def _nearest_kept(index: int, new: dict[int, int]) -> int | None:
     return new.get(index)
 
 
-def _node_features(s: Step, blocks: int, repeated: bool) -> list[float]:
+def _node_features(s: Step, blocks: int, repeated: bool, peak_flops: float) -> list[float]:
     op_kind = str(s.op.kind) if s.op is not None else ("other" if s.kind != "compute" else "elementwise")
     time_us = s.duration_s * 1e6
     flops = s.hw_flops
     moved = s.size_bytes or (s.alloc_bytes if s.kind == "compute" else 0.0)
-    eff = min(1.0, flops / max(s.duration_s, 1e-12) / 312e12) if flops else 0.0
+    eff = min(1.0, flops / max(s.duration_s, 1e-12) / peak_flops) if flops else 0.0  # of the device's peak
     return [*_one_hot(s.kind, KINDS),
             *_one_hot(s.phase if s.phase in PHASES else "other", PHASES),
             *_one_hot(s.category, CATEGORIES),
@@ -108,11 +108,21 @@ def _node_features(s: Step, blocks: int, repeated: bool) -> list[float]:
 
 
 def stage_graph(ch: ChunkProgram, *, micro_batch: int, tp: int, dp: int, pp: int, hidden: int, layers: int,
-                seq: int, micro_batches: int, base_iter_s: float, label_s: float | None = None,
+                seq: int, micro_batches: int, base_iter_s: float, peak_flops: float, label_s: float | None = None,
                 key: str = "") -> StageGraph:
-    """The StageGraph of one costed chunk (cost.annotate has filled every step's duration)."""
-    steps, edges, base_stage, blocks = _stage_steps(ch)
-    x = np.array([_node_features(s, blocks, _block_of(s.layer) is not None) for s in steps], dtype=np.float32)
+    """The StageGraph of one costed chunk (cost.annotate has filled every step's duration); `peak_flops`:
+    the device's peak in the job's precision (an op's efficiency feature is its share of it)."""
+    return _graph_of(_stage_steps(ch), micro_batch=micro_batch, tp=tp, dp=dp, pp=pp, hidden=hidden, layers=layers,
+                     seq=seq, micro_batches=micro_batches, base_iter_s=base_iter_s, peak_flops=peak_flops,
+                     label_s=label_s, key=key)
+
+
+def _graph_of(stage: tuple[list[Step], list[tuple[int, int]], float, int], *, micro_batch: int, tp: int, dp: int,
+              pp: int, hidden: int, layers: int, seq: int, micro_batches: int, base_iter_s: float,
+              peak_flops: float, label_s: float | None, key: str) -> StageGraph:
+    steps, edges, base_stage, blocks = stage
+    x = np.array([_node_features(s, blocks, _block_of(s.layer) is not None, peak_flops) for s in steps],
+                 dtype=np.float32)
     e = np.array(edges, dtype=np.int64).T if edges else np.zeros((2, 0), dtype=np.int64)
     g = np.array([math.log(micro_batch), math.log(tp), math.log(dp), math.log(pp), math.log(hidden),
                   math.log(layers), math.log(seq), math.log(micro_batches), math.log(blocks),
@@ -121,25 +131,21 @@ def stage_graph(ch: ChunkProgram, *, micro_batch: int, tp: int, dp: int, pp: int
 
 
 def job_stage_graph(job: dict[str, Any], label_s: float | None = None, key: str = "") -> StageGraph:
-    """The graph of a job's slowest stage and trainsim's simulated iteration (api.simulate)."""
-    from ..api import costed_program, job_tree, simulate
+    """The graph of a job's slowest stage and trainsim's simulated iteration (api.simulate_costed: the job
+    is lowered and costed once for both)."""
+    from ..api import simulate_costed
     from ..config import parse_job
 
     cfg = parse_job(job)
-    cl, spec, tree = job_tree(cfg)
-    costed = costed_program(tree, cl, cfg.simulation, cfg.cluster.remote_memory)
-    res = simulate(cfg)
-    chunks = costed.program.chunks
-    ch = max(chunks, key=lambda c: _stage_steps(c)[2])
+    res, costed = simulate_costed(cfg)
+    tree, mesh = costed.program.tree, costed.program.tree.mesh
+    stage = max((_stage_steps(c) for c in costed.program.chunks), key=lambda st: st[2])
     m = tree.model
-    return stage_graph(ch, micro_batch=spec.micro_batch, tp=spec.tp, dp=spec.dp, pp=spec.pp, hidden=_hidden(job),
-                       layers=len([layer for layer in m.layers if _block_of(layer.name)]) or len(m.layers),
-                       seq=int(job["model"].get("seq_len") or 1), micro_batches=tree.schedule.n_micro_batch,
-                       base_iter_s=res.iteration_time_s, label_s=label_s, key=key)
-
-
-def _hidden(job: dict[str, Any]) -> int:
-    return int(job["model"].get("hidden") or 1)
+    return _graph_of(stage, micro_batch=cfg.strategy.micro_batch or 1, tp=mesh.size("tp"), dp=mesh.size("dp"),
+                     pp=mesh.pp, hidden=cfg.model.hidden or 1,
+                     layers=len([layer for layer in m.layers if _block_of(layer.name)]) or len(m.layers),
+                     seq=cfg.model.seq_len or 1, micro_batches=tree.schedule.n_micro_batch,
+                     base_iter_s=res.iteration_time_s, peak_flops=costed.peak_flops, label_s=label_s, key=key)
 
 
 __all__ = ["GRAPH_FEATURES", "NODE_FEATURES", "StageGraph", "job_stage_graph", "stage_graph"]

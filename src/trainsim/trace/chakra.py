@@ -320,7 +320,9 @@ class _Costs:
         return self.memory.time_s(MemoryAccess(kind, size_bytes, self.memory_location))
 
 
-def _resolve_cluster(cluster: Cluster | str | None, nodes: int | None, world: int) -> Cluster | None:
+def resolve_cluster(cluster: Cluster | str | None, nodes: int | None, world: int) -> Cluster | None:
+    """A cluster (or preset name, sized to `nodes` or to the trace's `world` ranks) that holds the trace;
+    one-line ConfigError on --cluster / --nodes otherwise."""
     if cluster is None or isinstance(cluster, Cluster):
         if isinstance(cluster, Cluster) and cluster.world_size < world:
             raise ConfigError("cluster", f"{cluster.name} has {cluster.world_size} GPUs but the trace has {world} "
@@ -417,7 +419,7 @@ def load_chakra(source: str | Path, cluster: Cluster | str | None = None, *, nod
     else:
         group_file = Path(comm_groups)
     groups = _load_groups(group_file, world)
-    cl = _resolve_cluster(cluster, nodes, world)
+    cl = resolve_cluster(cluster, nodes, world)
     if dtype == "auto":
         dtype = cl.device.training_dtype if cl is not None else "bf16"
     elif cl is not None and not cl.device.supports(dtype):

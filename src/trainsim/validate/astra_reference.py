@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..astra_inputs import ALGORITHM_NAMES, BLOCKS
 from ..cost.collective_gap import Gap, explain
 from ..cost.multidim import Dimension, run_collective
-from ..cost.semantics import NCCL, Semantics, astra, links_per_npu
+from ..cost.semantics import Semantics, astra, links_per_npu
 from ..hardware.topology import GIB_PER_S_IN_GBPS
 from .cases import Outcome, skip
 
@@ -136,4 +136,4 @@ def term_table(outcomes: list[Outcome]) -> list[tuple[str, str, int, float, floa
     return out
 
 
-__all__ = ["AstraRow", "REQUIRED_COLUMNS", "astra_outcomes", "parse_row", "term_table", "NCCL"]
+__all__ = ["AstraRow", "REQUIRED_COLUMNS", "astra_outcomes", "parse_row", "term_table"]

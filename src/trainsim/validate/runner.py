@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigError
 from ..files import read_csv
@@ -23,6 +23,8 @@ from .cases import Outcome, skip, skips_by_reason
 from .stats import error_summary, group_stats, kendall, spearman
 
 MIN_GROUP = 3  # a ranking group needs at least this many strategies
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -174,21 +176,28 @@ def run_rows(kind: str, rows: list[dict[str, str]], calibration: str | None = No
         if progress:
             progress(len(rows))
         return ValidationReport(kind, outs, ranking_groups(outs))
-    fn = _simulate_row
     args = [(kind, i, r, calibration) for i, r in zip(idx, rows, strict=True)]
-    outcomes: list[Outcome] = []
+    outcomes = map_rows(_simulate_row, args, jobs, progress)
+    return ValidationReport(kind, outcomes, ranking_groups(outcomes))
+
+
+def map_rows(fn: Callable[[T], R], args: list[T], jobs: int, progress: Callable[[int], None] | None = None,
+             batches_per_job: int = 8) -> list[R]:
+    """`fn` over `args` in input order: in this process for one job or a handful of rows, else in `jobs`
+    worker processes (`fn` and its arguments must pickle); `progress(1)` after each row."""
+    out: list[R] = []
     if jobs <= 1 or len(args) < 8:
         for a in args:
-            outcomes.append(fn(a))
+            out.append(fn(a))
             if progress:
                 progress(1)
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for o in pool.map(fn, args, chunksize=max(1, len(args) // (jobs * 8))):
-                outcomes.append(o)
-                if progress:
-                    progress(1)
-    return ValidationReport(kind, outcomes, ranking_groups(outcomes))
+        return out
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for res in pool.map(fn, args, chunksize=max(1, len(args) // (jobs * batches_per_job))):
+            out.append(res)
+            if progress:
+                progress(1)
+    return out
 
 
 def filter_rows(kind: str, rows: list[dict[str, str]], tiers: set[str] | None,
