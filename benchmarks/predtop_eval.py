@@ -23,7 +23,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from trainsim.learn.dataset import analytical_mre_pct, split_by_config, vtrain_graphs
+from trainsim.learn.dataset import analytical_mre_pct, measured_graphs, split_by_config
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "vtrain" / "ground_truth_single.csv"
 
@@ -32,7 +32,7 @@ def load_graphs(path: Path, cache: Path | None, jobs: int) -> list:
     if cache is not None and cache.exists():
         with cache.open("rb") as fh:
             return pickle.load(fh)  # noqa: S301 - a file this script wrote
-    graphs, skipped = vtrain_graphs(path, jobs=jobs)
+    graphs, skipped = measured_graphs(path, jobs=jobs)
     if skipped:
         print(f"{len(skipped)} rows skipped: {skipped[:3]}")
     if cache is not None:

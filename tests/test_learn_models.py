@@ -153,7 +153,8 @@ def test_without_torch_a_one_line_config_error() -> None:
             "import trainsim\nfrom trainsim.learn import models\n"
             "try:\n    models.make_model('gcn', 3, 2)\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "ConfigError learn: torch is not installed; pip install 'trainsim[learn]'"
+    assert out.strip() == ("ConfigError learn: the learned models need torch, which is not installed; "
+                           "pip install 'trainsim[learn]'")
 
 
 def test_import_trainsim_does_not_import_torch() -> None:

@@ -501,6 +501,16 @@ def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec,
                          cal.p2p_host_sync)
 
 
+def check_compute_model(sim: SimulationSpec) -> None:
+    """Read a learned compute model once, up front (a command that simulates many jobs, a search say, would
+    otherwise report a damaged file as every job's error); the roofline needs no check."""
+    if sim.compute_model != "roofline":
+        from .learn.compute import learned_path
+        from .learn.models import Fitted
+
+        Fitted.load(learned_path(sim.compute_model) or "", "simulation.compute_model")
+
+
 def simulate_costed(job: JobConfig | dict[str, Any]) -> tuple[SimulationResult, CostedProgram]:
     """A job given by its strategy keys simulated, and the costed program it ran: what a model that reads
     the program (trainsim.learn's stage graphs) needs beside the prediction, lowered once."""
@@ -522,8 +532,25 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
         raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
     predicted = check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
-    mdl = tree.model
     costed = costed or costed_program(tree, cl, sim, remote_memory)
+    result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress)
+    if sim.compute_model != "roofline":  # the roofline's times are the learned model's features
+        from .learn.compute import correct_program
+
+        correction = correct_program(sim.compute_model, costed.program, result.iteration_time_s, costed.peak_flops,
+                                     cl.device.name)
+        result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress)
+        result.learned = correction.to_json()
+        if correction.note:
+            result.model_assumptions.append(correction.note)
+    result.simulation_wall_s = time.perf_counter() - wall0
+    return result
+
+
+def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
+                      costed: CostedProgram, predicted: int, progress: ProgressFn | None) -> SimulationResult:
+    """Build the execution graph of a costed program, run the event engine and read the result off it."""
+    mdl = tree.model
     program, precision, compute, flows = costed.program, costed.precision, costed.compute, costed.flows
     peak = costed.peak_flops
     sharing = sim.bandwidth_sharing
@@ -571,5 +598,4 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
         critical_path_by_category=time_by_category(graph, trace, path), n_tasks=len(graph), advice=_advice(memory, spec),
         graph=graph, trace=trace, model_params=mdl.params, model_assumptions=list(mdl.assumptions),
         placement=[p.describe(cl.levels) for p in placement(tree.mesh, cl.levels)])
-    result.simulation_wall_s = time.perf_counter() - wall0
     return result

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from .cli_astra import astra_app
 from .cli_chakra import chakra_app
+from .cli_predictor import predictor_app
 from .cli_replay import optimize_cmd, replay_cmd, scale_cmd
 from .cli_search import auto_note, auto_strategy, search_cmd, wants_search
 from .cli_sweep import sweep_cmd
@@ -74,6 +75,8 @@ def simulate(
                                          "does) | astra (ASTRA-sim 2.0's analytical backend, for parity)")] = None,
     astra_system: Annotated[str | None, Opt(help="with --semantics astra: ASTRA-sim system config JSON (chunks, "
                                             "algorithms, endpoint delay, local-mem-bw)")] = None,
+    compute: Annotated[str | None, Opt(help="compute model: roofline (default) | learned:FILE (a stage-latency "
+                                       "model from `trainsim predictor train`; trainsim[learn])")] = None,
     dp: Annotated[int | None, Opt(help="data-parallel degree (default: GPUs / (tp*pp*cp))")] = None,
     tp: Annotated[int | None, Opt(help="tensor-parallel degree (Megatron column/row)")] = None,
     pp: Annotated[int | None, Opt(help="pipeline-parallel degree")] = None,
@@ -180,12 +183,16 @@ def simulate(
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
                        "calibration": calibration, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing, "semantics": semantics,
+                       "compute_model": compute,
                        "astra_system": astra_system},
     }
     if model is not None and hf_config is not None:
         raise ConfigError("--hf-config", "and --model both name the model", "pass only one of them")
     layered = apply_flags(load_yaml(config) if config is not None else None, flags)
     job = parse_job(layered.data)
+    from .api import check_compute_model
+
+    check_compute_model(job.simulation)
     searched: dict[str, Any] | None = None
     if search_time_limit is not None and not 0 < search_time_limit < math.inf:
         raise ConfigError("--search-time-limit", f"must be > 0 seconds, got {search_time_limit}",
@@ -257,6 +264,8 @@ def validate(
                                                      "table)")] = False,
     semantics: Annotated[str | None, Opt(help="ASTRA-sim reference files: predict in ASTRA-sim's semantics (astra, "
                                          "the default there) or NCCL's (nccl: shows the gap, by term)")] = None,
+    compute: Annotated[str | None, Opt(help="training runs: the compute model, roofline (default) | learned:FILE "
+                                       "(`trainsim predictor train`; trainsim[learn])")] = None,
 ) -> None:
     """Compare predictions with published measurements, row by row, and summarise the error."""
 
@@ -280,6 +289,16 @@ def validate(
         raise ConfigError("--semantics", f"'{semantics}' is unknown", "use astra or nccl")
     header, rows = read_rows(cases)
     kind = detect_kind(header)
+    if compute is not None:
+        if kind not in ("training_runs", "vtrain"):
+            raise ConfigError("--compute", f"applies to training runs, not {kind}", "drop --compute")
+        from .api import check_compute_model
+
+        try:
+            check_compute_model(parse_job({"simulation": {"compute_model": compute}}).simulation)  # once, not
+            # as every row's skip reason
+        except ConfigError as exc:
+            raise ConfigError("--compute", exc.problem, exc.fix) from None
     if semantics is not None and kind != "astra_reference":
         raise ConfigError("--semantics", f"applies to ASTRA-sim reference files, not {kind}",
                           "drop --semantics (set simulation.semantics in a job to simulate in ASTRA-sim's)")
@@ -292,7 +311,7 @@ def validate(
     with progress_bar(quiet=quiet) as bar:
         task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
         report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx,
-                          semantics=semantics or "astra")
+                          semantics=semantics or "astra", compute_model=compute)
     if by_cols:
         label = runner.file_label(kind, cases)
         keys = {i: runner.group_key(r, by_cols, label) for i, r in zip(idx, rows, strict=True)}
@@ -762,6 +781,7 @@ def _print_listing(con: Console, title: str, table: Table, entries: list[tuple[s
 
 app.add_typer(chakra_app, name="chakra")
 app.add_typer(astra_app, name="astra")
+app.add_typer(predictor_app, name="predictor")
 app.command("replay")(replay_cmd)
 app.command("scale")(scale_cmd)
 app.command("optimize")(optimize_cmd)

@@ -211,7 +211,10 @@ def search_cmd(
         job["simulation"]["dtype"] = dtype
     node_list = parse_nodes(nodes) or [int(job["cluster"].pop("nodes", 0) or 0) or _one_node(job)]
     job["cluster"].pop("nodes", None)
-    parse_job({**job, "strategy": {}})  # the job's keys checked before any search work
+    checked = parse_job({**job, "strategy": {}})  # the job's keys checked before any search work
+    from .api import check_compute_model
+
+    check_compute_model(checked.simulation)
     if global_batch is None and isinstance(strategy.get("global_batch"), int):
         global_batch = strategy["global_batch"]
     space = parse_space(load_yaml(space_file, "--space") if space_file is not None else None)

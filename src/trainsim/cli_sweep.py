@@ -347,6 +347,13 @@ def sweep_cmd(
         raise ConfigError("--top", f"must be >= 1, got {top}", "pass how many rows to print")
     spec = load_sweep(sweep)
     job_list = sweep_jobs(spec)
+    from .api import check_compute_model
+    from .config import parse_job
+
+    sims = [j.get("simulation") for j in job_list]
+    for learned in sorted({str(s.get("compute_model", "roofline")) for s in sims if isinstance(s, dict)}):
+        # a bad model once, not as every row's error
+        check_compute_model(parse_job({"simulation": {"compute_model": learned}}).simulation)
     study = study_name(spec)
     from .optimize.runners import Runner, import_ray, run_with_store
 

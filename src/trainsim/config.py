@@ -231,6 +231,23 @@ class StrategySpec(_Strict):
         return self
 
 
+def _check_learned(compute_model: str) -> None:
+    """What a learned compute model needs that is cheap to check at the boundary: the learned:FILE form, the
+    file, and torch (the model itself is read when a job is simulated: api.check_compute_model)."""
+    import importlib.util
+
+    field = "simulation.compute_model"
+    path = compute_model[len("learned:"):].strip() if compute_model.startswith("learned:") else ""
+    if not path:
+        raise ConfigError(field, f"'{compute_model}' is unknown",
+                          "use roofline or learned:FILE (a model from `trainsim predictor train`)")
+    if not Path(path).is_file():
+        raise ConfigError(field, f"{path} does not exist", "pass a model from `trainsim predictor train`")
+    if importlib.util.find_spec("torch") is None:
+        raise ConfigError(field, "the learned compute model needs torch, which is not installed",
+                          "pip install 'trainsim[learn]'")
+
+
 class SimulationSpec(_Strict):
     dtype: Literal["auto", "fp32", "tf32", "fp16", "bf16", "fp8"] = Field(
         "auto", description="auto: what the GPU trains in (bf16 from Ampere on, fp16 on V100, fp32 on Pascal)")
@@ -250,9 +267,13 @@ class SimulationSpec(_Strict):
                                      "config JSON (chunks, algorithms, endpoint delay, local-mem-bw)")
     bandwidth_sharing: bool = Field(True, description="concurrent communication shares links (max-min fair "
                                     "flows, Proteus VI-C); false: fixed durations, every group alone")
+    compute_model: str = Field("roofline", min_length=1, description="roofline (the analytical model) or "
+                               "learned:FILE (a stage-latency model from `trainsim predictor train`, trainsim[learn])")
 
     @model_validator(mode="after")
     def _scheduler_needs_analytical(self) -> SimulationSpec:
+        if self.compute_model != "roofline":
+            _check_learned(self.compute_model)
         if self.astra_system is not None and self.semantics != "astra":
             raise ConfigError("simulation.astra_system", "is read in ASTRA-sim semantics only",
                               "add --semantics astra (simulation.semantics: astra), or drop it")
@@ -452,7 +473,7 @@ def apply_flags(base: dict[str, Any] | None, flags: dict[str, dict[str, Any]]) -
 
 _FLAG_NAMES = {"sequence_parallel": "sp", "max_ongoing_micro_batch": "max-ongoing", "bandwidth_gbps": "bandwidth",
                "latency_ns": "latency", "tree": "strategy-tree", "hf_config": "hf-config",
-               "offload_in_switch": "in-switch-collectives"}
+               "offload_in_switch": "in-switch-collectives", "compute_model": "compute"}
 
 
 def describe_flags(flags: dict[str, dict[str, Any]]) -> str:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -44,6 +44,8 @@ try:
 except ImportError:  # the optional extra is missing: everything that needs torch raises ConfigError
     torch = None  # type: ignore[assignment]
     nn = None  # type: ignore[assignment]
+
+from .stage_graph import GRAPH_FEATURES, NODE_FEATURES
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -60,13 +62,14 @@ _STRUCTURE = {"dag-transformer": "reach", "gcn": "adjacency", "gat": "adjacency"
 
 Progress = Callable[[int, float, float | None], None]  # (epoch, train loss, validation loss or None)
 
-# nn.Module when torch is installed; the classes below are only instantiated after _require_torch()
+# nn.Module when torch is installed; the classes below are only instantiated after require_torch()
 _Module: type = nn.Module if nn is not None else object
 
 
-def _require_torch() -> None:
+def require_torch(field_name: str = "learn") -> None:
     if torch is None:
-        raise ConfigError("learn", "torch is not installed", "pip install 'trainsim[learn]'")
+        raise ConfigError(field_name, "the learned models need torch, which is not installed",
+                          "pip install 'trainsim[learn]'")
 
 
 def _check_kind(kind: str) -> None:
@@ -385,7 +388,7 @@ _CLASSES = {"dag-transformer": "DagTransformer", "gcn": "Gcn", "gat": "Gat", "fe
 def make_model(kind: str, n_node_features: int, n_graph_features: int, *, hidden: int = HIDDEN,
                layers: int = LAYERS, heads: int = HEADS) -> Any:
     """A fresh model of `kind` (one of MODELS): a torch.nn.Module mapping a batch to r [B], r = 0 untrained."""
-    _require_torch()
+    require_torch()
     _check_kind(kind)
     cls = globals()[_CLASSES[kind]]
     return cls(n_node_features, n_graph_features, hidden=hidden, layers=layers, heads=heads)
@@ -487,6 +490,7 @@ class Fitted:
     best_epoch: int = -1  # the epoch whose weights were kept (-1: untrained)
     val_error: float | None = None  # its mean relative error on the validation split
     history: list[tuple[int, float, float | None]] = field(default_factory=list)  # (epoch, train, val)
+    meta: dict[str, str] = field(default_factory=dict)  # what it was trained on (data, device, rows), for users
 
     @property
     def _norm(self) -> _Norm:
@@ -514,8 +518,9 @@ class Fitted:
         t = t.reshape(-1, 3)
         return t[:, 0] + t[:, 1] * t[:, 2] * np.expm1(self.predict_r(graphs))
 
-    def save(self, path: str | Path) -> None:
-        """torch.save of a plain dict (tensors, numbers, strings): loadable with weights_only=True."""
+    def save(self, path: str | Path | BinaryIO) -> None:
+        """torch.save of a plain dict (tensors, numbers, strings) to a path or an open binary file: loadable
+        with weights_only=True."""
         torch.save({
             "format": FORMAT, "kind": self.kind, "config": dict(self.config),
             "n_node_features": self.n_node_features, "n_graph_features": self.n_graph_features,
@@ -523,26 +528,44 @@ class Fitted:
             "x_mean": torch.from_numpy(self.x_mean), "x_std": torch.from_numpy(self.x_std),
             "g_mean": torch.from_numpy(self.g_mean), "g_std": torch.from_numpy(self.g_std),
             "best_epoch": self.best_epoch, "val_error": self.val_error,
-            "history": [[e, t, v] for e, t, v in self.history],
-        }, Path(path))
+            "history": [[e, t, v] for e, t, v in self.history], "meta": dict(self.meta),
+            "node_features": list(NODE_FEATURES), "graph_features": list(GRAPH_FEATURES),
+        }, path if hasattr(path, "write") else Path(path))
 
     @classmethod
-    def load(cls, path: str | Path) -> Fitted:
-        """The model `save` wrote, rebuilt from its config and state dict (no pickled classes)."""
-        _require_torch()
-        d = torch.load(Path(path), map_location="cpu", weights_only=True)
+    def load(cls, path: str | Path, field_name: str = "model") -> Fitted:
+        """The model `save` wrote, rebuilt from its config and state dict (no pickled classes); a file that
+        is missing, unreadable or not such a model is a one-line ConfigError on `field_name`."""
+        require_torch(field_name)
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(field_name, f"{path} does not exist", "pass a model from `trainsim predictor train`")
+        try:
+            d = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - torch raises many kinds on a file that is not its own
+            raise ConfigError(field_name, f"{path} is not a trainsim learned model ({type(exc).__name__})",
+                              "pass a model from `trainsim predictor train`") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ConfigError("model", f"{path} is not a trainsim learned model ({FORMAT})",
-                              "pass a file written by Fitted.save")
-        config = {k: int(v) for k, v in d["config"].items()}
-        model = make_model(d["kind"], int(d["n_node_features"]), int(d["n_graph_features"]), **config)
-        model.load_state_dict(d["state_dict"])
+            raise ConfigError(field_name, f"{path} is not a trainsim learned model ({FORMAT})",
+                              "pass a model from `trainsim predictor train`")
+        names = (d.get("node_features"), d.get("graph_features"))
+        if names != (list(NODE_FEATURES), list(GRAPH_FEATURES)):
+            raise ConfigError(field_name, f"{path} reads other stage-graph features than this trainsim writes",
+                              "retrain it with `trainsim predictor train`")
+        try:
+            config = {k: int(v) for k, v in d["config"].items()}
+            model = make_model(d["kind"], int(d["n_node_features"]), int(d["n_graph_features"]), **config)
+            model.load_state_dict(d["state_dict"])
+        except (KeyError, TypeError, ValueError, RuntimeError, ConfigError) as exc:
+            raise ConfigError(field_name, f"{path} is damaged ({type(exc).__name__})",
+                              "retrain it with `trainsim predictor train`") from None
         model.eval()
         return cls(kind=d["kind"], model=model, x_mean=d["x_mean"].numpy(), x_std=d["x_std"].numpy(),
                    g_mean=d["g_mean"].numpy(), g_std=d["g_std"].numpy(),
                    n_node_features=int(d["n_node_features"]), n_graph_features=int(d["n_graph_features"]),
                    config=config, best_epoch=int(d["best_epoch"]), val_error=d["val_error"],
-                   history=[(int(e), float(t), v) for e, t, v in d["history"]])
+                   history=[(int(e), float(t), v) for e, t, v in d["history"]],
+                   meta={str(k): str(v) for k, v in dict(d.get("meta") or {}).items()})
 
 
 def fit(kind: str, graphs: Sequence[StageGraph], *, seed: int = 0, epochs: int = 500, lr: float = 1e-3,
@@ -559,7 +582,7 @@ def fit(kind: str, graphs: Sequence[StageGraph], *, seed: int = 0, epochs: int =
     the caller's). `device`: where to train ("cuda" works the same way; the fitted model comes back on the
     CPU). `epochs=0` returns the untrained model (r = 0: the analytical times). `progress(epoch, train,
     val)` is called after every epoch."""
-    _require_torch()
+    require_torch()
     _check_kind(kind)
     labelled = [gr for gr in graphs if gr.label_s is not None]
     if not labelled:

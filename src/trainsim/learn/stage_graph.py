@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..compile.program import ChunkProgram, Step, Stream
+from ..compile.program import ChunkProgram, Program, Step, Stream
+
+if TYPE_CHECKING:
+    from ..sim.result import SimulationResult
 
 KINDS = ("compute", "collective", "memory")
 PHASES = ("fwd", "bwd", "recompute", "other")
@@ -48,6 +51,7 @@ class StageGraph:
     slots: float
     label_s: float | None
     key: str
+    device: str = ""  # the GPU it ran on (trainsim's device name): a model says what it was trained on
 
 
 def _one_hot(value: str, choices: tuple[str, ...]) -> list[float]:
@@ -107,14 +111,23 @@ def _node_features(s: Step, blocks: int, repeated: bool, peak_flops: float) -> l
             math.log(blocks) if repeated else 0.0]
 
 
-def stage_graph(ch: ChunkProgram, *, micro_batch: int, tp: int, dp: int, pp: int, hidden: int, layers: int,
-                seq: int, micro_batches: int, base_iter_s: float, peak_flops: float, label_s: float | None = None,
-                key: str = "") -> StageGraph:
-    """The StageGraph of one costed chunk (cost.annotate has filled every step's duration); `peak_flops`:
-    the device's peak in the job's precision (an op's efficiency feature is its share of it)."""
-    return _graph_of(_stage_steps(ch), micro_batch=micro_batch, tp=tp, dp=dp, pp=pp, hidden=hidden, layers=layers,
-                     seq=seq, micro_batches=micro_batches, base_iter_s=base_iter_s, peak_flops=peak_flops,
-                     label_s=label_s, key=key)
+def _context(program: Program) -> dict[str, int]:
+    """The graph features every stage of a program shares (the strategy's degrees, the model's sizes)."""
+    tree = program.tree
+    mesh, model = tree.mesh, tree.model
+    blocks = len([layer for layer in model.layers if _block_of(layer.name)]) or len(model.layers)
+    return {"micro_batch": max(1, tree.micro_batch), "tp": mesh.size("tp"), "dp": mesh.size("dp"), "pp": mesh.pp,
+            "hidden": int(model.hyper.get("hidden", 1) or 1), "layers": blocks, "seq": model.seq_len or 1,
+            "micro_batches": tree.schedule.n_micro_batch}
+
+
+def program_stage_graphs(program: Program, base_iter_s: float, peak_flops: float) -> list[StageGraph]:
+    """One StageGraph per chunk of a costed program (cost.annotate has filled every step's duration), in
+    chunk order; `base_iter_s`: trainsim's simulated iteration, `peak_flops`: the device's peak in the job's
+    precision (an op's efficiency feature is its share of it)."""
+    context = _context(program)
+    return [_graph_of(_stage_steps(ch), **context, base_iter_s=base_iter_s, peak_flops=peak_flops, label_s=None,
+                      key=f"chunk{ch.chunk}") for ch in program.chunks]
 
 
 def _graph_of(stage: tuple[list[Step], list[tuple[int, int]], float, int], *, micro_batch: int, tp: int, dp: int,
@@ -130,22 +143,26 @@ def _graph_of(stage: tuple[list[Step], list[tuple[int, int]], float, int], *, mi
     return StageGraph(x, e, g, base_stage, base_iter_s, float(micro_batches + pp - 1), label_s, key)
 
 
-def job_stage_graph(job: dict[str, Any], label_s: float | None = None, key: str = "") -> StageGraph:
-    """The graph of a job's slowest stage and trainsim's simulated iteration (api.simulate_costed: the job
-    is lowered and costed once for both)."""
+def simulated_stage_graph(job: dict[str, Any]) -> tuple[SimulationResult, StageGraph]:
+    """trainsim's simulation of a job and the unlabelled graph of its slowest stage, in the analytical
+    (roofline) compute model whatever the job says: its times are the features a learned model corrects
+    (api.simulate_costed: the job is lowered and costed once for both)."""
     from ..api import simulate_costed
     from ..config import parse_job
 
     cfg = parse_job(job)
+    cfg = cfg.model_copy(update={"simulation": cfg.simulation.model_copy(update={"compute_model": "roofline"})})
     res, costed = simulate_costed(cfg)
-    tree, mesh = costed.program.tree, costed.program.tree.mesh
     stage = max((_stage_steps(c) for c in costed.program.chunks), key=lambda st: st[2])
-    m = tree.model
-    return _graph_of(stage, micro_batch=cfg.strategy.micro_batch or 1, tp=mesh.size("tp"), dp=mesh.size("dp"),
-                     pp=mesh.pp, hidden=cfg.model.hidden or 1,
-                     layers=len([layer for layer in m.layers if _block_of(layer.name)]) or len(m.layers),
-                     seq=cfg.model.seq_len or 1, micro_batches=tree.schedule.n_micro_batch,
-                     base_iter_s=res.iteration_time_s, peak_flops=costed.peak_flops, label_s=label_s, key=key)
+    graph = _graph_of(stage, **_context(costed.program), base_iter_s=res.iteration_time_s,
+                      peak_flops=costed.peak_flops, label_s=None, key="")
+    return res, replace(graph, device=res.device)
 
 
-__all__ = ["GRAPH_FEATURES", "NODE_FEATURES", "StageGraph", "job_stage_graph", "stage_graph"]
+def job_stage_graph(job: dict[str, Any], label_s: float | None = None, key: str = "") -> StageGraph:
+    """The graph of a job's slowest stage (simulated_stage_graph) with its measured label and its key."""
+    return replace(simulated_stage_graph(job)[1], label_s=label_s, key=key)
+
+
+__all__ = ["GRAPH_FEATURES", "NODE_FEATURES", "StageGraph", "job_stage_graph", "program_stage_graphs",
+           "simulated_stage_graph"]

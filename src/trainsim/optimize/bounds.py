@@ -97,6 +97,9 @@ class BoundModel:
         self.capacity_bytes = cluster.device.hbm_bytes - RUNTIME_RESERVED_BYTES
         blocks = [la for la in model.layers if la.kind == "transformer"]
         self.enabled = bool(blocks) and all(_signature(b) == _signature(blocks[0]) for b in blocks)
+        # a learned compute model may make compute faster than the roofline's times these bounds add up: no
+        # time bound then (memory, which it does not change, still prunes)
+        self.time_bound = (base.get("simulation") or {}).get("compute_model", "roofline") == "roofline"
         self._chain: dict[tuple, tuple[_Pieces, dict[str, str]] | None] = {}
         self._data: dict[tuple, tuple[_DataPieces, dict[str, str]] | None] = {}
         self._assign: dict[tuple, list[list[str]]] = {}
@@ -208,7 +211,8 @@ class BoundModel:
     # -- the bounds -----------------------------------------------------------------------------------
     def bounds(self, c: Candidate, refine: bool = False) -> tuple[float, float]:
         """(iteration time lower bound in seconds, peak memory lower bound in bytes per rank); (0, 0)
-        when the model's blocks differ (no bound: every configuration is simulated). `refine`: replay the
+        when the model's blocks differ (no bound: every configuration is simulated); no time bound (0) with
+        a learned compute model. `refine`: replay the
         chain with the configuration's own ZeRO-3 gathers (see `refinable`)."""
         if not self.enabled:
             return 0.0, 0.0
@@ -261,7 +265,7 @@ class BoundModel:
         held = _in_flight(c.schedule if v == 1 else "interleaved", pp, m, v)
         memory = max(static[s] + ACTIVATION_SAFETY * held[s] * min(act[k] for k in stage_chunks[s])
                      for s in range(pp))
-        return best, memory
+        return (best if self.time_bound else 0.0), memory
 
 
 @lru_cache(maxsize=4096)

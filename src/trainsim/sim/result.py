@@ -55,6 +55,7 @@ class SimulationResult:
     advice: list[str] = field(default_factory=list)
     placement: list[str] = field(default_factory=list)  # where each parallel axis lands on the topology
     model_assumptions: list[str] = field(default_factory=list)  # where the model approximates its source
+    learned: dict[str, Any] | None = None  # the learned compute model's correction (learn.compute), if used
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
 
@@ -127,6 +128,8 @@ class SimulationResult:
         }
         if self.model_assumptions:
             out["model_assumptions"] = self.model_assumptions
+        if self.learned is not None:
+            out["compute_model"] = self.learned
         if self.tokens_per_sample:
             out["tokens_per_s"] = self.tokens_per_s
             out["tokens_per_s_per_gpu"] = (self.tokens_per_s or 0.0) / self.n_gpus
