@@ -41,6 +41,7 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--bandwidth": st.sampled_from(["100,25", "1", "x", "", "nan,1", "-1,2"]),
     "--latency": st.sampled_from(["500,500", "1", "x", "", "inf"]),
     "--comm-model": _choice(["nccl", "analytical"]), "--scheduler": _choice(["baseline", "themis"]),
+    "--compute": _choice(["roofline", "learned:", "learned:missing.pt", "learned:sub"]),
     "--dp": INTS, "--tp": SMALL_INTS | INTS, "--pp": SMALL_INTS | INTS, "--cp": INTS, "--ep": INTS, "--vpp": INTS,
     "--sp": None, "--no-sp": None, "--zero": INTS, "--fsdp": None,
     "--recompute": _choice(["none", "selective", "full"]),
@@ -435,6 +436,66 @@ def astra_collectives(draw: st.DrawFn) -> Example:
     return argv, files
 
 
+@functools.cache
+def learned_model_bytes() -> bytes:
+    """A learned compute model as `trainsim predictor train` writes it (untrained: the roofline's times)."""
+    import io
+
+    import numpy as np
+
+    from trainsim.learn.models import fit
+    from trainsim.learn.stage_graph import GRAPH_FEATURES, NODE_FEATURES, StageGraph
+
+    graphs = [StageGraph(np.full((3, len(NODE_FEATURES)), float(i), np.float32), np.array([[0, 1], [1, 2]]),
+                         np.full(len(GRAPH_FEATURES), float(i), np.float32), 0.1, 1.0, 4.0, 1.1, f"k{i}")
+              for i in range(4)]
+    buf = io.BytesIO()
+    fit("features", graphs, epochs=0).save(buf)
+    return buf.getvalue()
+
+
+VTRAIN_ROWS = (b"# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
+               b"parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
+               b"1,4,1,256,4,2,128,1,1,1,10.5\n2,8,2,256,4,2,128,2,1,1,9.5\n2,8,1,256,4,2,128,1,2,1,8.0\n"
+               b"2,8,1,256,4,2,128,1,1,2,12.0\n")
+
+
+@st.composite
+def predictors(draw: st.DrawFn) -> Example:
+    """`trainsim predictor train | eval` on small measured-run files (valid or drawn) with drawn flags."""
+    files = {"runs.csv": draw(st.sampled_from([VTRAIN_ROWS, VTRAIN_ROWS]) | csv_files())}
+    data = draw(st.sampled_from(["runs.csv", "runs.csv", "missing.csv", "sub", ""]))
+    common = {"--epochs": st.sampled_from(["0", "1", "2", "-1", "x", "100001"]), "--seed": INTS,
+              "--model": _choice(["dag-transformer", "gcn", "gat", "features", "mlp"]), "--jobs": INTS,
+              "-q": None}
+    if draw(st.booleans()):
+        argv = ["predictor", "train", data, "--out", draw(st.sampled_from(["m.pt", "m.pt", "sub", "", "-",
+                                                                           "missing/m.pt"]))]
+        argv += draw(flags({**common, "--epochs": st.sampled_from(["0", "1", "2", "-1", "x"])}, 3))
+        return argv + draw(outputs(["--json"])), files
+    argv = ["predictor", "eval", "--data", data]
+    argv += draw(flags({**common, "--train-fraction": st.sampled_from(["0.5", "0.3", "0", "1", "-1", "nan", "x"])},
+                       3))
+    return argv + draw(outputs(["--json"])), files
+
+
+@st.composite
+def learned_simulations(draw: st.DrawFn) -> Example:
+    """`simulate` and `validate` with `--compute learned:FILE` on a valid, damaged or foreign model file."""
+    good = learned_model_bytes()
+    model = draw(st.sampled_from([good, good, good[: len(good) // 2], b"", b"not a model", json.dumps({}).encode(),
+                                  gzip.compress(good)]))
+    files = {"m.pt": model, "runs.csv": VTRAIN_ROWS}
+    compute = draw(st.sampled_from(["learned:m.pt", "learned:m.pt", "learned:runs.csv", "learned:missing.pt",
+                                    "learned:sub"]))
+    if draw(st.booleans()):
+        argv = ["simulate", "-q", *GPT2_SMALL, "--compute", compute]
+        argv += draw(flags({"--pp": SMALL_INTS, "--micro-batch": SMALL_INTS}, 2))
+    else:
+        argv = ["validate", "runs.csv", "--jobs", "1", "--compute", compute]
+    return argv + draw(outputs(["--json"])), files
+
+
 COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "replay | scale | optimize (trace files)": st.tuples(
         kineto_files(), st.sampled_from(["replay", "scale", "optimize"]),
@@ -489,9 +550,11 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "search": searches(),
     "astra run": astra_runs(),
     "collective (ASTRA-sim configs)": astra_collectives(),
+    "predictor train | predictor eval": predictors(),
+    "simulate | validate --compute learned:FILE": learned_simulations(),
     "models, clusters, help, version": _no_files(st.sampled_from(
         [[], ["models"], ["clusters"], ["models", "x"], ["clusters", "--json"], ["nosuch"], ["chakra"], ["astra"],
-         ["astra", "nosuch"],
+         ["astra", "nosuch"], ["predictor"], ["predictor", "nosuch"],
          ["chakra", "nosuch"], ["--version"], ["--help"], ["simulate", "--help"],
          ["simulate", "--tensor-parallel", "2"], ["simulate", "a.yaml", "b.yaml"]])),
 }

@@ -24,7 +24,8 @@ _N = int(os.environ.get("TRAINSIM_FUZZ_EXAMPLES", "0"))
 EXAMPLES = {"simulate (flags)": 30, "simulate (YAML job)": 30, "collective": 30, "validate": 15, "calibrate": 8,
             "chakra export": 12, "chakra export (YAML job)": 6, "chakra run (trace files)": 15,
             "replay | scale | optimize (trace files)": 25, "sweep": 20, "search": 15, "astra run": 20,
-            "collective (ASTRA-sim configs)": 20,
+            "collective (ASTRA-sim configs)": 20, "predictor train | predictor eval": 15,
+            "simulate | validate --compute learned:FILE": 12,
             "models, clusters, help, version": 8}
 
 
@@ -45,10 +46,12 @@ def test_every_command_is_fuzzed() -> None:
     from trainsim.cli import app
     from trainsim.cli_astra import astra_app
     from trainsim.cli_chakra import chakra_app
+    from trainsim.cli_predictor import predictor_app
 
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     names |= {f"chakra {c.name or c.callback.__name__}" for c in chakra_app.registered_commands}
     names |= {f"astra {c.name or c.callback.__name__}" for c in astra_app.registered_commands}
+    names |= {f"predictor {c.name or c.callback.__name__}" for c in predictor_app.registered_commands}
     covered = " | ".join(COMMANDS)
     assert all(n in covered for n in names), sorted(n for n in names if n not in covered)
     assert set(EXAMPLES) == set(COMMANDS)
