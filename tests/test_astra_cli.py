@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from cli_helpers import one_line_error
 
 from trainsim.astra_inputs import AstraSystem, load_network, load_remote_memory, load_system, network_of
 from trainsim.cli import main
@@ -45,15 +46,6 @@ def run_json(tmp_path: Path, argv: list[str]) -> dict:
     out = tmp_path / "o.json"
     main([*argv, "--json", str(out)])
     return json.loads(out.read_text())
-
-
-def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 # -- the files -----------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from cli_helpers import one_line_error  # noqa: E402
+
 from trainsim.cli import main  # noqa: E402
 from trainsim.files import read_csv  # noqa: E402
 from trainsim.learn.models import Fitted  # noqa: E402
@@ -31,15 +33,6 @@ def vtrain_rows(tmp_path: Path, n: int) -> Path:
 def run_json(argv: list[str], out: Path) -> dict:
     main([*argv, "--json", str(out)])
     return json.loads(out.read_text())
-
-
-def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("error: ")
-    return err
 
 
 @needs_shared

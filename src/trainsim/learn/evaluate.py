@@ -36,6 +36,7 @@ class ModelScore:
     max_re_pct: float
     train_s: float
     best_epoch: int
+    predict_ms_per_stage: float  # batched prediction of the held-back stages, per stage
 
 
 @dataclass
@@ -68,10 +69,12 @@ class Evaluation:
 
 def _score(kind: str, fitted: Fitted | None, test: Sequence[StageGraph], train_s: float) -> ModelScore:
     label = np.array([g.label_s for g in test], dtype=np.float64)
+    t0 = time.perf_counter()
     pred = fitted.predict_iter_s(test) if fitted is not None else np.array([g.base_iter_s for g in test])
+    predict_ms = (time.perf_counter() - t0) / len(test) * 1e3
     rel = np.abs(pred - label) / label * 100.0
     return ModelScore(kind, float(rel.mean()), float(np.median(rel)), float(rel.max()), train_s,
-                      fitted.best_epoch if fitted is not None else -1)
+                      fitted.best_epoch if fitted is not None else -1, predict_ms)
 
 
 def _fit_and_score(args: tuple[str, list[StageGraph], list[StageGraph], int, int]) -> ModelScore:
