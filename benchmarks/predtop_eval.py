@@ -9,7 +9,10 @@ prediction time per stage. One (fraction, seed) is what `trainsim predictor eval
 
 The stage graphs (one per row: lowering, costing and simulating 1,440 jobs) take about a minute on two
 cores; `--cache FILE` keeps them between runs (a pickle of trainsim's own StageGraph objects).
+`--leave-out COLUMN` (e.g. "hidden size", "# layers"): instead of random splits, train on every other value of
+a vTrain column and test on each value's rows in turn: how far the models carry to a size never measured.
 Run: python benchmarks/predtop_eval.py [--fractions 0.1,0.3,0.5] [--seeds 0,1,2] [--models ...] [--epochs 500]
+     [--leave-out COLUMN]
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainsim.learn.dataset import measured_graphs
-from trainsim.learn.evaluate import evaluate
+from trainsim.learn.evaluate import evaluate, fit_and_score, score_model
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "vtrain" / "ground_truth_single.csv"
 
@@ -53,11 +56,15 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=500)
     ap.add_argument("--jobs", type=int, default=1, help="models trained in parallel processes")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--leave-out", default=None, help="a vTrain column: leave each of its values out in turn")
     args = ap.parse_args()
     con = Console()
     t0 = time.perf_counter()
     graphs = load_graphs(args.data, args.cache, max(2, args.jobs))
     con.print(f"{len(graphs)} stage graphs in {time.perf_counter() - t0:.1f} s")
+    if args.leave_out is not None:
+        leave_out(con, graphs, args.leave_out, args.models.split(","), args.epochs, int(args.seeds.split(",")[0]))
+        return
     fractions = [float(f) for f in args.fractions.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     models = args.models.split(",")
@@ -89,6 +96,29 @@ def main() -> None:
     con.print(t)
     if args.json is not None:
         args.json.write_text(json.dumps(runs, indent=2))
+
+
+def leave_out(con: Console, graphs: list, column: str, models: list[str], epochs: int, seed: int) -> None:
+    """Train on every value of `column` but one, test on that one's rows, for each value."""
+    def value(g: object) -> str:
+        fields = dict(part.split("=", 1) for part in g.key.split("|"))  # config_key: "column=value|..."
+        return fields[column]
+
+    values = sorted({value(g) for g in graphs}, key=lambda v: float(v))
+    t = Table(title=f"vTrain single-node, leave one '{column}' out: mean relative error on the left-out rows")
+    t.add_column(column)
+    t.add_column("rows", justify="right")
+    for kind in [*models, "analytical"]:
+        t.add_column(kind, justify="right")
+    for v in values:
+        train = [g for g in graphs if value(g) != v]
+        test = [g for g in graphs if value(g) == v]
+        scores = [fit_and_score((kind, train, test, seed, epochs)) for kind in models]
+        scores.append(score_model("analytical", None, test, 0.0))
+        for s in scores:
+            con.print(f"{column}={v} left out: {s.kind} {s.test_mre_pct:.2f}% ({s.train_s:.0f} s)")
+        t.add_row(v, str(len(test)), *(f"{s.test_mre_pct:.2f}%" for s in scores))
+    con.print(t)
 
 
 if __name__ == "__main__":

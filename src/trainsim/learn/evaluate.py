@@ -67,7 +67,7 @@ class Evaluation:
                            if s is not None}}
 
 
-def _score(kind: str, fitted: Fitted | None, test: Sequence[StageGraph], train_s: float) -> ModelScore:
+def score_model(kind: str, fitted: Fitted | None, test: Sequence[StageGraph], train_s: float) -> ModelScore:
     label = np.array([g.label_s for g in test], dtype=np.float64)
     t0 = time.perf_counter()
     pred = fitted.predict_iter_s(test) if fitted is not None else np.array([g.base_iter_s for g in test])
@@ -77,12 +77,12 @@ def _score(kind: str, fitted: Fitted | None, test: Sequence[StageGraph], train_s
                       fitted.best_epoch if fitted is not None else -1, predict_ms)
 
 
-def _fit_and_score(args: tuple[str, list[StageGraph], list[StageGraph], int, int]) -> ModelScore:
+def fit_and_score(args: tuple[str, list[StageGraph], list[StageGraph], int, int]) -> ModelScore:
     """Train one model and score it (a worker-process entry point)."""
     kind, train, test, seed, epochs = args
     t0 = time.perf_counter()
     fitted = fit(kind, train, seed=seed, epochs=epochs)
-    return _score(kind, fitted, test, time.perf_counter() - t0)
+    return score_model(kind, fitted, test, time.perf_counter() - t0)
 
 
 def evaluate(graphs: Sequence[StageGraph], train_fraction: float, seed: int, model: str = "dag-transformer",
@@ -95,18 +95,18 @@ def evaluate(graphs: Sequence[StageGraph], train_fraction: float, seed: int, mod
     kinds = [model, *[k for k in models if k != model]]
     out = Evaluation(model, train_fraction, seed, epochs, len(train), len(test),
                      len({g.key for g in train}), len({g.key for g in test}))
-    out.analytical = _score("analytical", None, test, 0.0)
+    out.analytical = score_model("analytical", None, test, 0.0)
     work = [(k, train, test, seed, epochs) for k in kinds]
     if jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
-            for future in as_completed([pool.submit(_fit_and_score, w) for w in work]):
+            for future in as_completed([pool.submit(fit_and_score, w) for w in work]):
                 score = future.result()
                 out.scores[score.kind] = score
                 if progress:
                     progress(score.kind)
     else:
         for w in work:
-            score = _fit_and_score(w)
+            score = fit_and_score(w)
             out.scores[score.kind] = score
             if progress:
                 progress(score.kind)
@@ -114,4 +114,4 @@ def evaluate(graphs: Sequence[StageGraph], train_fraction: float, seed: int, mod
     return out
 
 
-__all__ = ["Evaluation", "ModelScore", "evaluate", "mre_pct"]
+__all__ = ["Evaluation", "ModelScore", "evaluate", "fit_and_score", "mre_pct", "score_model"]
