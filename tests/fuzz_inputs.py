@@ -42,6 +42,7 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--latency": st.sampled_from(["500,500", "1", "x", "", "inf"]),
     "--comm-model": _choice(["nccl", "analytical"]), "--scheduler": _choice(["baseline", "themis"]),
     "--compute": _choice(["roofline", "learned:", "learned:missing.pt", "learned:sub"]),
+    "--learned-extrapolation": None,
     "--dp": INTS, "--tp": SMALL_INTS | INTS, "--pp": SMALL_INTS | INTS, "--cp": INTS, "--ep": INTS, "--vpp": INTS,
     "--sp": None, "--no-sp": None, "--zero": INTS, "--fsdp": None,
     "--recompute": _choice(["none", "selective", "full"]),
@@ -490,9 +491,10 @@ def learned_simulations(draw: st.DrawFn) -> Example:
                                     "learned:sub"]))
     if draw(st.booleans()):
         argv = ["simulate", "-q", *GPT2_SMALL, "--compute", compute]
-        argv += draw(flags({"--pp": SMALL_INTS, "--micro-batch": SMALL_INTS}, 2))
+        argv += draw(flags({"--pp": SMALL_INTS, "--micro-batch": SMALL_INTS, "--learned-extrapolation": None}, 2))
     else:
         argv = ["validate", "runs.csv", "--jobs", "1", "--compute", compute]
+        argv += draw(st.sampled_from([[], ["--learned-extrapolation"]]))
     return argv + draw(outputs(["--json"])), files
 
 

@@ -27,13 +27,17 @@ def _graphs(n: int = 6) -> list[StageGraph]:
             for i in range(n)]
 
 
-def constant_model(path: Path, scale: float, kind: str = "features", devices: str = "a100-80gb") -> Path:
+def constant_model(path: Path, scale: float, kind: str = "features", devices: str = "a100-80gb",
+                   domain: tuple[np.ndarray, np.ndarray] | None = None) -> Path:
     """A model file whose every stage prediction is `scale` x the roofline's (weights zero, the output bias
-    set so that r = log(scale) exactly through the bounding tanh)."""
+    set so that r = log(scale) exactly through the bounding tanh), trained on every stage (`domain`: the
+    ranges of the graph features it was trained on instead)."""
     f = M.fit(kind, _graphs(), epochs=0)
     with torch.no_grad():
         f.model.head.out.bias.fill_(M.R_BOUND * math.atanh(math.log(scale) / M.R_BOUND))
     f.meta = {"trained_on": "a test", "devices": devices}
+    wide = np.full(len(GRAPH_FEATURES), 1e9, np.float32)
+    f.g_min, f.g_max = domain if domain is not None else (-wide, wide)
     f.save(path)
     return path
 
@@ -107,6 +111,34 @@ def test_two_learned_simulations_in_one_process_do_not_interfere(tmp_path: Path)
     b = simulate(job(**big, compute=f"learned:{same}")).iteration_time_s
     a2 = simulate(job(**big, compute=f"learned:{slow}")).iteration_time_s
     assert a1 == a2 and b == pytest.approx(simulate(job(**big)).iteration_time_s, rel=1e-12) and a1 > 1.5 * b
+
+
+def test_stages_outside_the_training_ranges_keep_the_roofline_unless_asked(tmp_path: Path) -> None:
+    """A model knows the ranges of the graph features it was trained on: a stage outside them (here a
+    hidden size above the largest seen) keeps the roofline's times and the result says why, unless
+    learned_extrapolation asks for the correction anyway."""
+    from trainsim.api import simulate_costed
+    from trainsim.learn.stage_graph import program_stage_graphs
+
+    big = {**job(model="gpt3-1.3b"), "simulation": {}}
+    res, costed = simulate_costed(big)
+    (g,) = program_stage_graphs(costed.program, res.iteration_time_s, costed.peak_flops)
+    lo, hi = g.g.copy(), g.g.copy()
+    h = GRAPH_FEATURES.index("log_hidden")
+    lo[h], hi[h] = math.log(256), math.log(1024)  # trained on hidden 256-1024; gpt3-1.3b has 2048
+    m = constant_model(tmp_path / "m.pt", 1.25, domain=(lo, hi))
+    kept = simulate({**big, "simulation": {"compute_model": f"learned:{m}"}})
+    assert kept.iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-12)
+    (stage,) = kept.learned["stages"]
+    assert stage["compute_factor"] == 1.0 and stage["outside_training_range"] == ["hidden 2048 (trained on 256-1024)"]
+    assert any("outside the learned compute model's training ranges (hidden 2048 (trained on 256-1024))" in a
+               and "roofline's times kept" in a for a in kept.model_assumptions)
+    forced = simulate({**big, "simulation": {"compute_model": f"learned:{m}", "learned_extrapolation": True}})
+    assert forced.learned["stages"][0]["compute_factor"] == pytest.approx(1.25, rel=1e-6)
+    assert forced.iteration_time_s > 1.01 * res.iteration_time_s
+    assert any("extrapolated (learned_extrapolation)" in a for a in forced.model_assumptions)
+    with pytest.raises(ConfigError, match="applies to a learned compute model only"):
+        simulate({**big, "simulation": {"learned_extrapolation": True}})
 
 
 @pytest.mark.parametrize("spec, problem", [

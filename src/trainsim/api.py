@@ -538,7 +538,7 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
         from .learn.compute import correct_program
 
         correction = correct_program(sim.compute_model, costed.program, result.iteration_time_s, costed.peak_flops,
-                                     cl.device.name)
+                                     cl.device.name, sim.learned_extrapolation)
         result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress)
         result.learned = correction.to_json()
         if correction.note:

@@ -77,6 +77,10 @@ def simulate(
                                             "algorithms, endpoint delay, local-mem-bw)")] = None,
     compute: Annotated[str | None, Opt(help="compute model: roofline (default) | learned:FILE (a stage-latency "
                                        "model from `trainsim predictor train`; trainsim[learn])")] = None,
+    learned_extrapolation: Annotated[bool | None, Opt("--learned-extrapolation/--no-learned-extrapolation",
+                                                      help="with --compute learned:FILE: also correct stages outside "
+                                                           "the model's training ranges (default: roofline there)")
+                                     ] = None,
     dp: Annotated[int | None, Opt(help="data-parallel degree (default: GPUs / (tp*pp*cp))")] = None,
     tp: Annotated[int | None, Opt(help="tensor-parallel degree (Megatron column/row)")] = None,
     pp: Annotated[int | None, Opt(help="pipeline-parallel degree")] = None,
@@ -183,7 +187,7 @@ def simulate(
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
                        "calibration": calibration, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing, "semantics": semantics,
-                       "compute_model": compute,
+                       "compute_model": compute, "learned_extrapolation": learned_extrapolation,
                        "astra_system": astra_system},
     }
     if model is not None and hf_config is not None:
@@ -266,6 +270,8 @@ def validate(
                                          "the default there) or NCCL's (nccl: shows the gap, by term)")] = None,
     compute: Annotated[str | None, Opt(help="training runs: the compute model, roofline (default) | learned:FILE "
                                        "(`trainsim predictor train`; trainsim[learn])")] = None,
+    learned_extrapolation: Annotated[bool, Opt("--learned-extrapolation", help="with --compute learned:FILE: also "
+                                               "correct stages outside the model's training ranges")] = False,
 ) -> None:
     """Compare predictions with published measurements, row by row, and summarise the error."""
 
@@ -289,6 +295,9 @@ def validate(
         raise ConfigError("--semantics", f"'{semantics}' is unknown", "use astra or nccl")
     header, rows = read_rows(cases)
     kind = detect_kind(header)
+    if learned_extrapolation and compute is None:
+        raise ConfigError("--learned-extrapolation", "applies to a learned compute model only",
+                          "add --compute learned:FILE, or drop it")
     if compute is not None:
         if kind not in ("training_runs", "vtrain"):
             raise ConfigError("--compute", f"applies to training runs, not {kind}", "drop --compute")
@@ -311,7 +320,9 @@ def validate(
     with progress_bar(quiet=quiet) as bar:
         task = bar.add_task(f"simulating {len(rows)} {kind} rows", total=len(rows))
         report = run_rows(kind, rows, cal, jobs or default_jobs(), lambda k: bar.advance(task, k), idx,
-                          semantics=semantics or "astra", compute_model=compute)
+                          semantics=semantics or "astra",
+                          simulation={"compute_model": compute, "learned_extrapolation": learned_extrapolation}
+                          if compute is not None else None)
     if by_cols:
         label = runner.file_label(kind, cases)
         keys = {i: runner.group_key(r, by_cols, label) for i, r in zip(idx, rows, strict=True)}

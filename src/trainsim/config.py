@@ -269,11 +269,16 @@ class SimulationSpec(_Strict):
                                     "flows, Proteus VI-C); false: fixed durations, every group alone")
     compute_model: str = Field("roofline", min_length=1, description="roofline (the analytical model) or "
                                "learned:FILE (a stage-latency model from `trainsim predictor train`, trainsim[learn])")
+    learned_extrapolation: bool = Field(False, description="with a learned compute model: also correct stages "
+                                        "outside the ranges it was trained on (default: those keep the roofline)")
 
     @model_validator(mode="after")
     def _scheduler_needs_analytical(self) -> SimulationSpec:
         if self.compute_model != "roofline":
             _check_learned(self.compute_model)
+        elif self.learned_extrapolation:
+            raise ConfigError("simulation.learned_extrapolation", "applies to a learned compute model only",
+                              "add --compute learned:FILE, or drop it")
         if self.astra_system is not None and self.semantics != "astra":
             raise ConfigError("simulation.astra_system", "is read in ASTRA-sim semantics only",
                               "add --semantics astra (simulation.semantics: astra), or drop it")

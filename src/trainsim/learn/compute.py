@@ -40,6 +40,7 @@ class LearnedStage:
     roofline_stage_s: float
     stage_s: float
     compute_factor: float
+    outside: tuple[str, ...] = ()  # graph features outside the model's training ranges (see correct_program)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class LearnedCorrection:
                 "roofline_iteration_s": self.roofline_iteration_s,
                 "formula_iteration_s": self.formula_iteration_s, "note": self.note,
                 "stages": [{"chunk": s.chunk, "pp_rank": s.pp_rank, "roofline_stage_s": s.roofline_stage_s,
-                            "stage_s": s.stage_s, "compute_factor": s.compute_factor} for s in self.stages]}
+                            "stage_s": s.stage_s, "compute_factor": s.compute_factor,
+                            "outside_training_range": list(s.outside)} for s in self.stages]}
 
 
 def _stage_parts(program: Program, chunk: int) -> tuple[float, float]:
@@ -73,10 +75,13 @@ def _stage_parts(program: Program, chunk: int) -> tuple[float, float]:
 
 
 def correct_program(compute_model: str, program: Program, roofline_iteration_s: float, peak_flops: float,
-                    device: str, field: str = "simulation.compute_model") -> LearnedCorrection:
+                    device: str, extrapolate: bool = False, field: str = "simulation.compute_model"
+                    ) -> LearnedCorrection:
     """Predict every chunk's stage time with the model of `learned:FILE` and scale the chunk's compute steps
     in place (`program` is the roofline-costed program the roofline iteration was simulated from, on
-    `device`: a model trained on other GPUs says so in the correction's note)."""
+    `device`: a model trained on other GPUs says so in the correction's note). A stage whose graph features
+    lie outside the ranges the model was trained on keeps the roofline's times unless `extrapolate`
+    (simulation.learned_extrapolation): a learned correction is trusted where it was learned only."""
     from .models import Fitted
 
     path = learned_path(compute_model)
@@ -87,19 +92,31 @@ def correct_program(compute_model: str, program: Program, roofline_iteration_s: 
     predicted = fitted.predict_stage_s(graphs)
     stages: list[LearnedStage] = []
     lo, hi = FACTOR_RANGE
-    for ch, graph, stage_s in zip(program.chunks, graphs, predicted, strict=True):
+    outside = [tuple(fitted.outside_domain(g)) for g in graphs]
+    for ch, graph, stage_s, out in zip(program.chunks, graphs, predicted, outside, strict=True):
         compute_s, comm_s = _stage_parts(program, ch.chunk)
         factor = min(hi, max(lo, (float(stage_s) - comm_s) / compute_s)) if compute_s > 0 else 1.0
+        if out and not extrapolate:
+            factor = 1.0
         for s in (*ch.fwd, *ch.bwd):
             if s.stream == Stream.COMPUTE:
                 s.duration_s *= factor
-        stages.append(LearnedStage(ch.chunk, ch.pp_rank, graph.base_stage_s, compute_s * factor + comm_s, factor))
+        stages.append(LearnedStage(ch.chunk, ch.pp_rank, graph.base_stage_s, compute_s * factor + comm_s, factor,
+                                   out))
     slowest = max(range(len(graphs)), key=lambda i: stages[i].roofline_stage_s)
     g = graphs[slowest]
     formula = roofline_iteration_s + g.slots * (stages[slowest].stage_s - g.base_stage_s)
+    notes = []
     devices = [d for d in fitted.meta.get("devices", "").split(",") if d]
-    note = (f"the learned compute model was trained on {', '.join(devices)} measurements, not {device}: "
-            "its correction is extrapolated" if devices and device not in devices else None)
+    if devices and device not in devices:
+        notes.append(f"the learned compute model was trained on {', '.join(devices)} measurements, not {device}: "
+                     "its correction is extrapolated")
+    far = sorted({f for out in outside for f in out})
+    if far:
+        done = "extrapolated (learned_extrapolation)" if extrapolate else "not applied: the roofline's times kept"
+        notes.append(f"{sum(1 for o in outside if o)} of {len(graphs)} stages lie outside the learned compute "
+                     f"model's training ranges ({'; '.join(far)}): its correction {done}")
+    note = "; ".join(notes) or None
     return LearnedCorrection(str(Path(path)), fitted.kind, fitted.meta.get("trained_on", ""), tuple(stages),
                              roofline_iteration_s, formula, note)
 

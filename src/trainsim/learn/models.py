@@ -474,6 +474,11 @@ def _mean_error(model: Any, batches: Sequence[_Batch]) -> float:
     return total / sum(int(b.mask.shape[0]) for b in batches)
 
 
+def _natural(feature: str, value: float) -> str:
+    """A graph feature's value in its own units (the log_ features are logs)."""
+    return f"{math.exp(value) if feature.startswith('log_') else value:.4g}"
+
+
 @dataclass
 class Fitted:
     """A trained model with the standardisation it was trained with; predicts batched, on the CPU."""
@@ -491,10 +496,27 @@ class Fitted:
     val_error: float | None = None  # its mean relative error on the validation split
     history: list[tuple[int, float, float | None]] = field(default_factory=list)  # (epoch, train, val)
     meta: dict[str, str] = field(default_factory=dict)  # what it was trained on (data, device, rows), for users
+    # the range of every graph feature over the labelled graphs it was fitted to: its domain (outside_domain)
+    g_min: np.ndarray | None = None
+    g_max: np.ndarray | None = None
 
     @property
     def _norm(self) -> _Norm:
         return _Norm(self.x_mean, self.x_std, self.g_mean, self.g_std)
+
+    def outside_domain(self, graph: StageGraph, tolerance: float = 1e-4) -> list[str]:
+        """The graph features of `graph` outside the ranges the model was fitted on, as 'name value (trained on
+        lo-hi)' in natural units (the features are logs): where its prediction is an extrapolation."""
+        if self.g_min is None or self.g_max is None:
+            return []
+        g = np.asarray(graph.g, dtype=np.float64).reshape(-1)
+        out = []
+        for i, name in enumerate(GRAPH_FEATURES):
+            lo, hi = float(self.g_min[i]), float(self.g_max[i])
+            if g[i] < lo - tolerance or g[i] > hi + tolerance:
+                out.append(f"{name.removeprefix('log_')} {_natural(name, g[i])} (trained on {_natural(name, lo)}-"
+                           f"{_natural(name, hi)})")
+        return out
 
     def predict_r(self, graphs: Sequence[StageGraph], batch_size: int = 64, threads: int | None = 1) -> np.ndarray:
         """float64 [len(graphs)]: the predicted log(stage_s / base_stage_s) of each graph (`threads`: see
@@ -530,6 +552,8 @@ class Fitted:
             "best_epoch": self.best_epoch, "val_error": self.val_error,
             "history": [[e, t, v] for e, t, v in self.history], "meta": dict(self.meta),
             "node_features": list(NODE_FEATURES), "graph_features": list(GRAPH_FEATURES),
+            **({"g_min": torch.from_numpy(self.g_min), "g_max": torch.from_numpy(self.g_max)}
+               if self.g_min is not None and self.g_max is not None else {}),
         }, path if hasattr(path, "write") else Path(path))
 
     @classmethod
@@ -565,7 +589,9 @@ class Fitted:
                    n_node_features=int(d["n_node_features"]), n_graph_features=int(d["n_graph_features"]),
                    config=config, best_epoch=int(d["best_epoch"]), val_error=d["val_error"],
                    history=[(int(e), float(t), v) for e, t, v in d["history"]],
-                   meta={str(k): str(v) for k, v in dict(d.get("meta") or {}).items()})
+                   meta={str(k): str(v) for k, v in dict(d.get("meta") or {}).items()},
+                   g_min=d["g_min"].numpy() if "g_min" in d else None,
+                   g_max=d["g_max"].numpy() if "g_max" in d else None)
 
 
 def fit(kind: str, graphs: Sequence[StageGraph], *, seed: int = 0, epochs: int = 500, lr: float = 1e-3,
@@ -634,9 +660,11 @@ def fit(kind: str, graphs: Sequence[StageGraph], *, seed: int = 0, epochs: int =
         if best_state is not None:
             model.load_state_dict(best_state)
     model = model.to("cpu").eval()
+    g_all = np.stack([np.asarray(gr.g, dtype=np.float32).reshape(-1) for gr in labelled])
     return Fitted(kind=kind, model=model, x_mean=norm.x_mean, x_std=norm.x_std, g_mean=norm.g_mean,
                   g_std=norm.g_std, n_node_features=n_f, n_graph_features=n_g, best_epoch=best_epoch,
-                  val_error=best_val if math.isfinite(best_val) else None, history=history)
+                  val_error=best_val if math.isfinite(best_val) else None, history=history,
+                  g_min=g_all.min(axis=0), g_max=g_all.max(axis=0))
 
 
 __all__ = ["FORMAT", "MODELS", "DagTransformer", "FeatureMlp", "Fitted", "Gat", "Gcn", "adjacency",

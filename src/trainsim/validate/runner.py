@@ -127,12 +127,12 @@ def detect_kind(header: list[str]) -> str:
                       "ground_truth_*.csv, collectives.csv or astra_reference.csv (see shared/validation/README.md)")
 
 
-def _simulate_row(args: tuple[str, int, dict[str, str], str | None, str | None]) -> Outcome:
+def _simulate_row(args: tuple[str, int, dict[str, str], str | None, dict[str, Any]]) -> Outcome:
     """Simulate one training_runs or vTrain row (a worker-process entry point)."""
     from ..api import simulate
     from . import training_runs, vtrain
 
-    kind, i, row, calibration, compute_model = args
+    kind, i, row, calibration, simulation = args
     case_id = row.get("case_id") or f"row{i}"
     built = training_runs.row_job(row) if kind == "training_runs" else vtrain.row_job(row)
     if isinstance(built, str):
@@ -140,8 +140,7 @@ def _simulate_row(args: tuple[str, int, dict[str, str], str | None, str | None])
     job = built.job if isinstance(built, training_runs.RowJob) else built
     if calibration:
         job["simulation"]["calibration"] = calibration
-    if compute_model:
-        job["simulation"]["compute_model"] = compute_model
+    job["simulation"].update(simulation)
     try:
         res = simulate(job)
     except ConfigError as exc:
@@ -155,10 +154,10 @@ def _simulate_row(args: tuple[str, int, dict[str, str], str | None, str | None])
 
 def run_rows(kind: str, rows: list[dict[str, str]], calibration: str | None = None, jobs: int = 1,
              progress: Callable[[int], None] | None = None, row_indices: list[int] | None = None,
-             semantics: str = "astra", compute_model: str | None = None) -> ValidationReport:
+             semantics: str = "astra", simulation: dict[str, Any] | None = None) -> ValidationReport:
     """Simulate `rows` (their 0-based file positions in `row_indices`) and build the report.
     `semantics` applies to ASTRA-sim reference files: predict as ASTRA-sim (astra) or as NCCL (nccl);
-    `compute_model` (simulation.compute_model, e.g. learned:FILE) to training runs."""
+    `simulation`: keys set in every training run's simulation section (compute_model: learned:FILE, say)."""
     idx = row_indices if row_indices is not None else list(range(len(rows)))
     if kind == "astra_reference":
         from .astra_reference import astra_outcomes
@@ -179,7 +178,7 @@ def run_rows(kind: str, rows: list[dict[str, str]], calibration: str | None = No
         if progress:
             progress(len(rows))
         return ValidationReport(kind, outs, ranking_groups(outs))
-    args = [(kind, i, r, calibration, compute_model) for i, r in zip(idx, rows, strict=True)]
+    args = [(kind, i, r, calibration, dict(simulation or {})) for i, r in zip(idx, rows, strict=True)]
     outcomes = map_rows(_simulate_row, args, jobs, progress)
     return ValidationReport(kind, outcomes, ranking_groups(outcomes))
 
