@@ -97,11 +97,19 @@ def test_a_pipeline_slows_by_its_slots_and_tp_communication_keeps_its_time(tmp_p
     assert abs(learned.iteration_time_s - formula) / formula < 0.1  # 1F1B with equal stages: close to the formula
 
 
-def test_a_model_trained_on_other_gpus_says_so(tmp_path: Path) -> None:
-    m = constant_model(tmp_path / "m.pt", 1.0)
-    res = simulate(job(gpu="h100-sxm", compute=f"learned:{m}"))
-    assert any("trained on a100-80gb" in a and "extrapolated" in a for a in res.model_assumptions)
-    assert not any("extrapolated" in a for a in simulate(job(compute=f"learned:{m}")).model_assumptions)
+def test_a_model_trained_on_other_gpus_keeps_the_roofline_there(tmp_path: Path) -> None:
+    m = constant_model(tmp_path / "m.pt", 1.5)
+    h100 = {"gpu": "h100-sxm", "mb": 4, "model": "gpt3-1.3b"}
+    base = simulate(job(**h100))
+    res = simulate(job(**h100, compute=f"learned:{m}"))
+    assert res.iteration_time_s == pytest.approx(base.iteration_time_s, rel=1e-12)
+    assert res.learned["stages"][0]["outside_training_range"] == ["GPU h100-sxm (trained on a100-80gb)"]
+    assert any("GPU h100-sxm (trained on a100-80gb)" in a and "roofline's times kept" in a
+               for a in res.model_assumptions)
+    forced = simulate({**job(**h100, compute=f"learned:{m}"), "simulation": {
+        "compute_model": f"learned:{m}", "learned_extrapolation": True}})
+    assert forced.iteration_time_s > 1.2 * base.iteration_time_s
+    assert not simulate(job(compute=f"learned:{m}")).model_assumptions  # its own GPU: nothing to say
 
 
 def test_two_learned_simulations_in_one_process_do_not_interfere(tmp_path: Path) -> None:

@@ -505,7 +505,7 @@ def check_compute_model(sim: SimulationSpec) -> None:
     """Read a learned compute model once, up front (a command that simulates many jobs, a search say, would
     otherwise report a damaged file as every job's error); the roofline needs no check."""
     if sim.compute_model != "roofline":
-        from .learn.compute import learned_path
+        from .config import learned_path
         from .learn.models import Fitted
 
         Fitted.load(learned_path(sim.compute_model) or "", "simulation.compute_model")

@@ -231,14 +231,23 @@ class StrategySpec(_Strict):
         return self
 
 
+LEARNED_PREFIX = "learned:"
+
+
+def learned_path(compute_model: str) -> str | None:
+    """The model file of a `learned:FILE` compute model, None for the roofline (or an empty FILE)."""
+    path = compute_model[len(LEARNED_PREFIX):].strip() if compute_model.startswith(LEARNED_PREFIX) else ""
+    return path or None
+
+
 def _check_learned(compute_model: str) -> None:
     """What a learned compute model needs that is cheap to check at the boundary: the learned:FILE form, the
     file, and torch (the model itself is read when a job is simulated: api.check_compute_model)."""
     import importlib.util
 
     field = "simulation.compute_model"
-    path = compute_model[len("learned:"):].strip() if compute_model.startswith("learned:") else ""
-    if not path:
+    path = learned_path(compute_model)
+    if path is None:
         raise ConfigError(field, f"'{compute_model}' is unknown",
                           "use roofline or learned:FILE (a model from `trainsim predictor train`)")
     if not Path(path).is_file():

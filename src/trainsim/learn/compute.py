@@ -17,18 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ..compile.program import Program, Stream
+from ..config import learned_path
 from ..errors import ConfigError
 from .stage_graph import program_stage_graphs
 
-PREFIX = "learned:"
 # a chunk's compute is scaled by at most this much either way: the model's output is bounded (models.R_BOUND)
 # but a stage whose predicted time falls below its communication would otherwise get no compute at all
 FACTOR_RANGE = (0.05, 20.0)
-
-
-def learned_path(compute_model: str) -> str | None:
-    """The model file of `learned:FILE`, None for the roofline."""
-    return compute_model[len(PREFIX):].strip() if compute_model.startswith(PREFIX) else None
 
 
 @dataclass(frozen=True)
@@ -40,7 +35,7 @@ class LearnedStage:
     roofline_stage_s: float
     stage_s: float
     compute_factor: float
-    outside: tuple[str, ...] = ()  # graph features outside the model's training ranges (see correct_program)
+    outside: tuple[str, ...] = ()  # what lies outside the model's training ranges, GPU included (correct_program)
 
 
 @dataclass(frozen=True)
@@ -79,8 +74,8 @@ def correct_program(compute_model: str, program: Program, roofline_iteration_s: 
                     ) -> LearnedCorrection:
     """Predict every chunk's stage time with the model of `learned:FILE` and scale the chunk's compute steps
     in place (`program` is the roofline-costed program the roofline iteration was simulated from, on
-    `device`: a model trained on other GPUs says so in the correction's note). A stage whose graph features
-    lie outside the ranges the model was trained on keeps the roofline's times unless `extrapolate`
+    `device`). A stage whose graph features lie outside the ranges the model was trained on, or that runs on
+    a GPU it was not trained on, keeps the roofline's times unless `extrapolate`
     (simulation.learned_extrapolation): a learned correction is trusted where it was learned only."""
     from .models import Fitted
 
@@ -92,7 +87,9 @@ def correct_program(compute_model: str, program: Program, roofline_iteration_s: 
     predicted = fitted.predict_stage_s(graphs)
     stages: list[LearnedStage] = []
     lo, hi = FACTOR_RANGE
-    outside = [tuple(fitted.outside_domain(g)) for g in graphs]
+    devices = [d for d in fitted.meta.get("devices", "").split(",") if d]
+    other_gpu = (f"GPU {device} (trained on {', '.join(devices)})",) if devices and device not in devices else ()
+    outside = [other_gpu + tuple(fitted.outside_domain(g)) for g in graphs]
     for ch, graph, stage_s, out in zip(program.chunks, graphs, predicted, outside, strict=True):
         compute_s, comm_s = _stage_parts(program, ch.chunk)
         factor = min(hi, max(lo, (float(stage_s) - comm_s) / compute_s)) if compute_s > 0 else 1.0
@@ -106,19 +103,14 @@ def correct_program(compute_model: str, program: Program, roofline_iteration_s: 
     slowest = max(range(len(graphs)), key=lambda i: stages[i].roofline_stage_s)
     g = graphs[slowest]
     formula = roofline_iteration_s + g.slots * (stages[slowest].stage_s - g.base_stage_s)
-    notes = []
-    devices = [d for d in fitted.meta.get("devices", "").split(",") if d]
-    if devices and device not in devices:
-        notes.append(f"the learned compute model was trained on {', '.join(devices)} measurements, not {device}: "
-                     "its correction is extrapolated")
     far = sorted({f for out in outside for f in out})
+    note = None
     if far:
         done = "extrapolated (learned_extrapolation)" if extrapolate else "not applied: the roofline's times kept"
-        notes.append(f"{sum(1 for o in outside if o)} of {len(graphs)} stages lie outside the learned compute "
-                     f"model's training ranges ({'; '.join(far)}): its correction {done}")
-    note = "; ".join(notes) or None
+        note = (f"{sum(1 for o in outside if o)} of {len(graphs)} stages lie outside the learned compute model's "
+                f"training ranges ({'; '.join(far)}): its correction {done}")
     return LearnedCorrection(str(Path(path)), fitted.kind, fitted.meta.get("trained_on", ""), tuple(stages),
                              roofline_iteration_s, formula, note)
 
 
-__all__ = ["FACTOR_RANGE", "PREFIX", "LearnedCorrection", "LearnedStage", "correct_program", "learned_path"]
+__all__ = ["FACTOR_RANGE", "LearnedCorrection", "LearnedStage", "correct_program"]
