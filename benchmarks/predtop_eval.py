@@ -11,8 +11,11 @@ The stage graphs (one per row: lowering, costing and simulating 1,440 jobs) take
 cores; `--cache FILE` keeps them between runs (a pickle of trainsim's own StageGraph objects).
 `--leave-out COLUMN` (e.g. "hidden size", "# layers"): instead of random splits, train on every other value of
 a vTrain column and test on each value's rows in turn: how far the models carry to a size never measured.
+`--simulate`: for the first fraction and seed, the first model is also used as the compute model of the
+event simulation (`simulate --compute learned:FILE`) on every held-back row: its error there, PredTOP's
+formula beside it, and how far apart the two are on the pipelined rows.
 Run: python benchmarks/predtop_eval.py [--fractions 0.1,0.3,0.5] [--seeds 0,1,2] [--models ...] [--epochs 500]
-     [--leave-out COLUMN]
+     [--leave-out COLUMN] [--simulate]
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="models trained in parallel processes")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--leave-out", default=None, help="a vTrain column: leave each of its values out in turn")
+    ap.add_argument("--simulate", action="store_true", help="also run the held-back rows through the event "
+                    "simulation with the learned model (first fraction and seed)")
     args = ap.parse_args()
     con = Console()
     t0 = time.perf_counter()
@@ -68,6 +73,9 @@ def main() -> None:
     fractions = [float(f) for f in args.fractions.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     models = args.models.split(",")
+    if args.simulate:
+        through_simulation(con, graphs, args.data, fractions[0], seeds[0], models[0], args.epochs)
+        return
     runs: list[dict] = []
     for frac in fractions:
         for seed in seeds:
@@ -96,6 +104,56 @@ def main() -> None:
     con.print(t)
     if args.json is not None:
         args.json.write_text(json.dumps(runs, indent=2))
+
+
+def through_simulation(con: Console, graphs: list, data: Path, frac: float, seed: int, kind: str,
+                       epochs: int) -> None:
+    """Train `kind` on a split, then simulate every held-back row with it as the compute model."""
+    import tempfile
+
+    from trainsim.api import simulate
+    from trainsim.files import read_csv
+    from trainsim.learn.dataset import config_key, split_by_config
+    from trainsim.learn.models import fit
+    from trainsim.validate.vtrain import row_job
+
+    train, test = split_by_config(graphs, frac, seed)
+    fitted = fit(kind, [graphs[i] for i in train], seed=seed, epochs=epochs)
+    fitted.meta = {"devices": "a100-80gb"}
+    _, rows = read_csv(data, "--data")
+    by_key = {config_key(r): r for r in rows}
+    out: dict[str, list[float]] = {"measured": [], "roofline": [], "event": [], "formula": [], "direct": [],
+                                   "pp": [], "inside": []}
+    direct = fitted.predict_iter_s([graphs[i] for i in test])
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "m.pt"
+        fitted.save(path)
+        for i, pred in zip(test, direct, strict=True):
+            job = row_job(by_key[graphs[i].key])
+            job["simulation"]["compute_model"] = f"learned:{path}"
+            res = simulate(job)
+            out["measured"].append(graphs[i].label_s)
+            out["roofline"].append(res.learned["roofline_iteration_s"])
+            out["event"].append(res.iteration_time_s)
+            out["formula"].append(res.learned["formula_iteration_s"])
+            out["direct"].append(float(pred))
+            out["pp"].append(job["strategy"]["pp"])
+            out["inside"].append(not res.learned["outside_training_range"])
+    meas = np.asarray(out["measured"])
+
+    def mre(key: str, idx: list[int]) -> float:
+        return float(np.mean(np.abs(np.asarray(out[key])[idx] - meas[idx]) / meas[idx]) * 100)
+
+    every = list(range(len(meas)))
+    piped = [i for i in every if out["pp"][i] > 1]
+    con.print(f"{kind}, train {frac:.0%} seed {seed}: {len(meas)} held-back rows ({sum(out['inside'])} inside the "
+              f"training ranges), {len(piped)} pipelined")
+    for key, label in (("roofline", "roofline"), ("direct", "learned, graph prediction (predictor eval)"),
+                       ("formula", "learned, PredTOP formula in simulate"), ("event", "learned, event simulation")):
+        con.print(f"  {label}: {mre(key, every):.2f}% (pipelined rows {mre(key, piped):.2f}%)")
+    gap = np.abs(np.asarray(out["event"]) - np.asarray(out["formula"])) / np.asarray(out["formula"]) * 100
+    con.print(f"  event simulation vs formula on the pipelined rows: mean {gap[piped].mean():.2f}%, max "
+              f"{gap[piped].max():.2f}% apart")
 
 
 def leave_out(con: Console, graphs: list, column: str, models: list[str], epochs: int, seed: int) -> None:

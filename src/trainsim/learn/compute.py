@@ -2,9 +2,9 @@
 corrects the roofline's stage times, and the event simulation runs on the corrected steps.
 
 The roofline costs every step first (the features the model reads are its times); the model then predicts
-each chunk's stage time (one micro-batch's forward and backward: compute plus the tensor-parallel
-communication it waits on), and the chunk's compute steps are scaled so that the stage takes that long, the
-communication keeping the communication model's times. Everything downstream (the pipeline schedule,
+the job's slowest stage (one micro-batch's forward and backward: compute plus the tensor-parallel
+communication it waits on), and every chunk's compute steps are scaled by the factor that gives that stage
+its predicted time, the communication keeping the communication model's times. Everything downstream (the pipeline schedule,
 data-parallel overlap, bandwidth sharing, memory) is the event simulation's, so the learned model works
 wherever the roofline does: simulate, search, sweep and validate. PredTOP's own composition,
 T = sum(t_i) + (B - 1) max(t_i) laid over the roofline's iteration, is kept beside it for comparison.
@@ -35,7 +35,6 @@ class LearnedStage:
     roofline_stage_s: float
     stage_s: float
     compute_factor: float
-    outside: tuple[str, ...] = ()  # what lies outside the model's training ranges, GPU included (correct_program)
 
 
 @dataclass(frozen=True)
@@ -48,15 +47,17 @@ class LearnedCorrection:
     stages: tuple[LearnedStage, ...]
     roofline_iteration_s: float
     formula_iteration_s: float  # PredTOP's composition of the slowest stage over the roofline's iteration
-    note: str | None = None  # where the model is used outside what it was trained on
+    slowest_chunk: int  # the stage the model predicted (the one it was trained on: the bottleneck)
+    outside: tuple[str, ...] = ()  # what of that stage lies outside the model's training ranges, GPU included
+    note: str | None = None  # why the correction was not applied, or was extrapolated
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model_path, "kind": self.kind, "trained_on": self.trained_on,
                 "roofline_iteration_s": self.roofline_iteration_s,
-                "formula_iteration_s": self.formula_iteration_s, "note": self.note,
+                "formula_iteration_s": self.formula_iteration_s, "slowest_chunk": self.slowest_chunk,
+                "outside_training_range": list(self.outside), "note": self.note,
                 "stages": [{"chunk": s.chunk, "pp_rank": s.pp_rank, "roofline_stage_s": s.roofline_stage_s,
-                            "stage_s": s.stage_s, "compute_factor": s.compute_factor,
-                            "outside_training_range": list(s.outside)} for s in self.stages]}
+                            "stage_s": s.stage_s, "compute_factor": s.compute_factor} for s in self.stages]}
 
 
 def _stage_parts(program: Program, chunk: int) -> tuple[float, float]:
@@ -72,10 +73,14 @@ def _stage_parts(program: Program, chunk: int) -> tuple[float, float]:
 def correct_program(compute_model: str, program: Program, roofline_iteration_s: float, peak_flops: float,
                     device: str, extrapolate: bool = False, field: str = "simulation.compute_model"
                     ) -> LearnedCorrection:
-    """Predict every chunk's stage time with the model of `learned:FILE` and scale the chunk's compute steps
-    in place (`program` is the roofline-costed program the roofline iteration was simulated from, on
-    `device`). A stage whose graph features lie outside the ranges the model was trained on, or that runs on
-    a GPU it was not trained on, keeps the roofline's times unless `extrapolate`
+    """Predict the job's slowest stage with the model of `learned:FILE` and scale the compute steps of every
+    chunk by the factor that gives that stage its predicted time, in place (`program` is the roofline-costed
+    program the roofline iteration was simulated from, on `device`).
+
+    The slowest stage is what the model was trained on (a measured iteration constrains the bottleneck stage
+    through the pipeline composition, not each stage apart), so its correction is the job's: one compute
+    factor for every chunk. If that stage's graph features lie outside the ranges the model was trained on,
+    or the job runs on a GPU the model was not trained on, the roofline's times are kept unless `extrapolate`
     (simulation.learned_extrapolation): a learned correction is trusted where it was learned only."""
     from .models import Fitted
 
@@ -84,33 +89,32 @@ def correct_program(compute_model: str, program: Program, roofline_iteration_s: 
         raise ConfigError(field, f"'{compute_model}' is not a learned model", "use learned:FILE")
     fitted = Fitted.load(path, field)
     graphs = program_stage_graphs(program, roofline_iteration_s, peak_flops)
-    predicted = fitted.predict_stage_s(graphs)
-    stages: list[LearnedStage] = []
-    lo, hi = FACTOR_RANGE
+    slowest = max(range(len(graphs)), key=lambda i: graphs[i].base_stage_s)  # as stage_graph picks it to train
+    g = graphs[slowest]
     devices = [d for d in fitted.meta.get("devices", "").split(",") if d]
     other_gpu = (f"GPU {device} (trained on {', '.join(devices)})",) if devices and device not in devices else ()
-    outside = [other_gpu + tuple(fitted.outside_domain(g)) for g in graphs]
-    for ch, graph, stage_s, out in zip(program.chunks, graphs, predicted, outside, strict=True):
-        compute_s, comm_s = _stage_parts(program, ch.chunk)
-        factor = min(hi, max(lo, (float(stage_s) - comm_s) / compute_s)) if compute_s > 0 else 1.0
-        if out and not extrapolate:
-            factor = 1.0
+    outside = other_gpu + tuple(fitted.outside_domain(g))
+    (stage_s,) = fitted.predict_stage_s([g])
+    compute_s, comm_s = _stage_parts(program, slowest)
+    lo, hi = FACTOR_RANGE
+    factor = min(hi, max(lo, (float(stage_s) - comm_s) / compute_s)) if compute_s > 0 else 1.0
+    if outside and not extrapolate:
+        factor = 1.0
+    stages: list[LearnedStage] = []
+    for ch, graph in zip(program.chunks, graphs, strict=True):
+        compute_c, comm_c = _stage_parts(program, ch.chunk)
         for s in (*ch.fwd, *ch.bwd):
             if s.stream == Stream.COMPUTE:
                 s.duration_s *= factor
-        stages.append(LearnedStage(ch.chunk, ch.pp_rank, graph.base_stage_s, compute_s * factor + comm_s, factor,
-                                   out))
-    slowest = max(range(len(graphs)), key=lambda i: stages[i].roofline_stage_s)
-    g = graphs[slowest]
+        stages.append(LearnedStage(ch.chunk, ch.pp_rank, graph.base_stage_s, compute_c * factor + comm_c, factor))
     formula = roofline_iteration_s + g.slots * (stages[slowest].stage_s - g.base_stage_s)
-    far = sorted({f for out in outside for f in out})
     note = None
-    if far:
+    if outside:
         done = "extrapolated (learned_extrapolation)" if extrapolate else "not applied: the roofline's times kept"
-        note = (f"{sum(1 for o in outside if o)} of {len(graphs)} stages lie outside the learned compute model's "
-                f"training ranges ({'; '.join(far)}): its correction {done}")
+        note = (f"the job's slowest stage lies outside the learned compute model's training ranges "
+                f"({'; '.join(outside)}): its correction {done}")
     return LearnedCorrection(str(Path(path)), fitted.kind, fitted.meta.get("trained_on", ""), tuple(stages),
-                             roofline_iteration_s, formula, note)
+                             roofline_iteration_s, formula, slowest, outside, note)
 
 
 __all__ = ["FACTOR_RANGE", "LearnedCorrection", "LearnedStage", "correct_program"]

@@ -60,11 +60,10 @@ def print_summary(r: SimulationResult, console: Console | None = None, job: str 
         con.print("model assumptions: " + "; ".join(r.model_assumptions), markup=False)
     if r.learned is not None:
         lr = r.learned
-        factors = [st["compute_factor"] for st in lr["stages"]]
-        span = f"{min(factors):.3f}" if min(factors) == max(factors) else f"{min(factors):.3f}-{max(factors):.3f}"
-        con.print(f"compute model: learned ({lr['kind']}, {lr['model']}): compute x{span} per stage; roofline "
-                  f"{lr['roofline_iteration_s']:.4f} s, PredTOP's pipeline formula {lr['formula_iteration_s']:.4f} s",
-                  markup=False, highlight=False)
+        factor = lr["stages"][lr["slowest_chunk"]]["compute_factor"]
+        con.print(f"compute model: learned ({lr['kind']}, {lr['model']}): compute x{factor:.3f} from the slowest stage "
+                  f"(chunk {lr['slowest_chunk']}); roofline {lr['roofline_iteration_s']:.4f} s, PredTOP's pipeline "
+                  f"formula {lr['formula_iteration_s']:.4f} s", markup=False, highlight=False)
     t = Table(title="Predicted iteration", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
