@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="models trained in parallel processes")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--leave-out", default=None, help="a vTrain column: leave each of its values out in turn")
+    ap.add_argument("--composition", default="formula", help="formula (PredTOP's) | simulation (the event "
+                    "simulation's response)")
     ap.add_argument("--simulate", action="store_true", help="also run the held-back rows through the event "
                     "simulation with the learned model (first fraction and seed)")
     args = ap.parse_args()
@@ -74,12 +76,13 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     models = args.models.split(",")
     if args.simulate:
-        through_simulation(con, graphs, args.data, fractions[0], seeds[0], models[0], args.epochs)
+        through_simulation(con, graphs, args.data, fractions[0], seeds[0], models[0], args.epochs, args.composition)
         return
     runs: list[dict] = []
     for frac in fractions:
         for seed in seeds:
-            ev = evaluate(graphs, frac, seed, models[0], epochs=args.epochs, jobs=args.jobs, models=models)
+            ev = evaluate(graphs, frac, seed, models[0], epochs=args.epochs, jobs=args.jobs, models=models,
+                          composition=args.composition)
             runs.append(ev.to_json())
             for s in [*ev.scores.values(), ev.analytical]:
                 con.print(f"train {frac:.0%} seed {seed} {s.kind}: {s.test_mre_pct:.2f}% ({ev.n_train} train, "
@@ -107,7 +110,7 @@ def main() -> None:
 
 
 def through_simulation(con: Console, graphs: list, data: Path, frac: float, seed: int, kind: str,
-                       epochs: int) -> None:
+                       epochs: int, composition: str) -> None:
     """Train `kind` on a split, then simulate every held-back row with it as the compute model."""
     import tempfile
 
@@ -115,8 +118,10 @@ def through_simulation(con: Console, graphs: list, data: Path, frac: float, seed
     from trainsim.files import read_csv
     from trainsim.learn.dataset import config_key, split_by_config
     from trainsim.learn.models import fit
+    from trainsim.learn.stage_graph import composed
     from trainsim.validate.vtrain import row_job
 
+    graphs = composed(graphs, composition)
     train, test = split_by_config(graphs, frac, seed)
     fitted = fit(kind, [graphs[i] for i in train], seed=seed, epochs=epochs)
     fitted.meta = {"devices": "a100-80gb"}
@@ -146,7 +151,7 @@ def through_simulation(con: Console, graphs: list, data: Path, frac: float, seed
 
     every = list(range(len(meas)))
     piped = [i for i in every if out["pp"][i] > 1]
-    con.print(f"{kind}, train {frac:.0%} seed {seed}: {len(meas)} held-back rows ({sum(out['inside'])} inside the "
+    con.print(f"{kind}, {composition} composition, train {frac:.0%} seed {seed}: {len(meas)} held-back rows ({sum(out['inside'])} inside the "
               f"training ranges), {len(piped)} pipelined")
     for key, label in (("roofline", "roofline"), ("direct", "learned, graph prediction (predictor eval)"),
                        ("formula", "learned, PredTOP formula in simulate"), ("event", "learned, event simulation")):

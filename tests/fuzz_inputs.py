@@ -468,6 +468,7 @@ def predictors(draw: st.DrawFn) -> Example:
     data = draw(st.sampled_from(["runs.csv", "runs.csv", "missing.csv", "sub", ""]))
     common = {"--epochs": st.sampled_from(["0", "1", "2", "-1", "x", "100001"]), "--seed": INTS,
               "--model": _choice(["dag-transformer", "gcn", "gat", "features", "mlp"]), "--jobs": INTS,
+              "--composition": _choice(["formula", "simulation"]),
               "-q": None}
     if draw(st.booleans()):
         argv = ["predictor", "train", data, "--out", draw(st.sampled_from(["m.pt", "m.pt", "sub", "", "-",

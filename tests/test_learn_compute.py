@@ -203,3 +203,39 @@ def test_the_search_keeps_no_time_bound_under_a_learned_model(tmp_path: Path) ->
     assert roofline[0] > 0 and learned[0] == 0.0 and learned[1] == roofline[1] > 0
     full = simulate({**base, "strategy": c.strategy(), "simulation": {"compute_model": f"learned:{m}"}})
     assert full.iteration_time_s < roofline[0]  # the roofline's bound would have pruned the learned answer
+
+
+def test_the_event_simulation_responds_to_a_stage_as_the_pipeline_says() -> None:
+    """api.compute_response: on one GPU the iteration grows by micro-batches x the added stage time; on a
+    1F1B pipeline of equal stages by about micro-batches + stages - 1 (PredTOP's slots); a host-paced job
+    responds too (the host's issue time stretches with the stage)."""
+    from trainsim.api import compute_response, simulate_costed
+    from trainsim.config import parse_job
+
+    def response(**kw: object) -> tuple[float, float]:
+        cfg = parse_job(job(**kw))
+        res, costed = simulate_costed(cfg)
+        slowest = max(range(len(costed.program.chunks)), key=lambda c: sum(
+            s.duration_s for s in (*costed.program.chunks[c].fwd, *costed.program.chunks[c].bwd)))
+        n_mb = costed.program.tree.schedule.n_micro_batch
+        return compute_response(cfg, costed, slowest, res.iteration_time_s), n_mb + cfg.strategy.pp - 1
+
+    one, slots = response(model="gpt3-1.3b", mb=4, gb=16)
+    assert one == pytest.approx(slots, rel=2e-3) and slots == 4
+    piped, slots = response(model="gpt3-1.3b", mb=4, gb=32, pp=2)
+    assert slots == 9 and 0.8 * slots < piped < 1.2 * slots
+    tiny, _ = response()  # gpt2, micro-batch 1: paced by the host, which the stretch slows as much
+    assert tiny > 0
+
+
+def test_composed_graphs_swap_the_pipeline_slots() -> None:
+    from dataclasses import replace
+
+    from trainsim.learn.stage_graph import composed
+
+    gs = [replace(g, sim_slots=2.5) for g in _graphs(3)]
+    assert composed(gs, "formula") == gs
+    assert [g.slots for g in composed(gs, "simulation")] == [2.5] * 3
+    assert all(a.g is b.g for a, b in zip(composed(gs, "simulation"), gs, strict=True))
+    with pytest.raises(ValueError, match="no simulation response"):
+        composed(_graphs(2), "simulation")

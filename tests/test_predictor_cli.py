@@ -44,7 +44,9 @@ def test_eval_writes_the_interface_and_is_deterministic(tmp_path: Path) -> None:
     assert a["test_mre_pct"] == b["test_mre_pct"] and a["baselines"] == b["baselines"]
     assert set(a["baselines"]) == {"gcn", "gat", "features", "analytical"}
     assert a["n_train"] + a["n_test"] == 40 and a["n_train"] == 12  # 30% of 40 configurations, one run each
-    assert a["train_s"] > 0 and a["model"] == "dag-transformer"
+    assert a["train_s"] > 0 and a["model"] == "dag-transformer" and a["composition"] == "formula"
+    sim = run_json([*argv, "--composition", "simulation"], tmp_path / "s.json")
+    assert sim["composition"] == "simulation" and sim["baselines"]["analytical"] == a["baselines"]["analytical"]
     c = run_json([*argv, "--model", "gcn"], tmp_path / "c.json")
     assert c["test_mre_pct"] == a["baselines"]["gcn"] and c["baselines"]["dag-transformer"] == a["test_mre_pct"]
 
@@ -79,6 +81,7 @@ def test_train_writes_a_model_that_simulate_and_validate_use(tmp_path: Path, cap
     assert summary["train_mre_pct"] < summary["analytical_mre_pct"]  # it learned something on its own data
     fitted = Fitted.load(model)
     assert fitted.kind == "features" and fitted.meta["devices"] == "a100-80gb"
+    assert summary["composition"] == fitted.meta["composition"] == "simulation"  # what --compute runs
     assert model.stat().st_size < 5 * 2**20
     learned = run_json(["validate", str(data), "-q", "--jobs", "1", "--compute", f"learned:{model}"],
                        tmp_path / "vl.json")
@@ -114,6 +117,7 @@ def test_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--train-fraction" in one_line_error(["predictor", "eval", "--data", str(bad), "--train-fraction", "1"],
                                                 capsys)
     assert "--out" in one_line_error(["predictor", "train", str(bad), "--out", "-"], capsys)
+    assert "--composition" in one_line_error(["predictor", "eval", "--data", str(bad), "--composition", "x"], capsys)
     runs = tmp_path / "runs.csv"
     runs.write_text("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
                     "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n1,4,1,256,4,2,128,1,1,1,10\n")

@@ -18,7 +18,7 @@ from typing import Any
 import trainsim as _public
 
 from .compile.graph import WorkEstimate, build_graph, predict_tasks
-from .compile.program import Program, lower
+from .compile.program import Program, Stream, lower, stretch_compute
 from .config import (
     DEFAULT_JOB,
     ClusterSpec,
@@ -520,6 +520,24 @@ def simulate_costed(job: JobConfig | dict[str, Any]) -> tuple[SimulationResult, 
     check_work(tree, job.simulation)
     costed = costed_program(tree, cl, job.simulation, job.cluster.remote_memory)
     return _run_tree(tree, cl, job.simulation, spec, wall0, costed=costed), costed
+
+
+def compute_response(job: JobConfig, costed: CostedProgram, chunk: int, iteration_s: float,
+                     scale: float = 1.1) -> float:
+    """How much the simulated iteration grows per second added to one micro-batch's compute on `chunk` when
+    every chunk's work is stretched alike (compile.program.stretch_compute) (d iteration / d stage compute, by a second simulation with
+    compute x `scale`): the event simulation's own pipeline composition, where PredTOP's formula assumes
+    micro-batches + stages - 1. Stretches `costed`'s compute steps in place (done with it afterwards)."""
+    cl, spec, tree = job_tree(job)
+    ch = costed.program.chunks[chunk]
+    stretched = (scale - 1.0) * sum(s.duration_s for s in (*ch.fwd, *ch.bwd) if s.stream == Stream.COMPUTE)
+    for c in costed.program.chunks:
+        stretch_compute(c, scale)
+    if stretched <= 0:
+        return 0.0
+    probe = _simulate_program(costed.program.tree, cl, job.simulation, spec, costed,
+                              check_work(tree, job.simulation).tasks, None)
+    return (probe.iteration_time_s - iteration_s) / stretched
 
 
 def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,

@@ -24,6 +24,8 @@ predictor_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_e
 
 Opt = typer.Option
 MODEL_HELP = "dag-transformer (PredTOP) | gcn | gat | features (an MLP on graph-level features)"
+COMPOSITION_HELP = ("how a stage time makes the iteration the model is trained on: formula (PredTOP's: micro-batches + "
+                    "stages - 1 slots) | simulation (the event simulation's own response: what --compute uses)")
 
 
 def _learn() -> None:
@@ -33,9 +35,12 @@ def _learn() -> None:
     require_torch("predictor")
 
 
-def _check(model: str, epochs: int, jobs: int | None, seed: int) -> None:
+def _check(model: str, epochs: int, jobs: int | None, seed: int, composition: str) -> None:
     from .learn.models import MODELS
+    from .learn.stage_graph import COMPOSITIONS
 
+    if composition not in COMPOSITIONS:
+        raise ConfigError("--composition", f"'{composition}' is unknown", f"use one of {', '.join(COMPOSITIONS)}")
     if model not in MODELS:
         raise ConfigError("--model", f"'{model}' is unknown", f"use one of {', '.join(MODELS)}")
     if not 0 <= epochs <= 100_000:
@@ -71,21 +76,24 @@ def train(
     epochs: Annotated[int, Opt(help="at most this many epochs (early stopping on a held-out tenth)")] = 500,
     seed: Annotated[int, Opt(help="seed of the initialisation, shuffling and validation split")] = 0,
     jobs: Annotated[int | None, Opt(help="worker processes building the stage graphs (default: CPU count)")] = None,
+    composition: Annotated[str, Opt(help=COMPOSITION_HELP)] = "simulation",
     json_out: Annotated[str | None, Opt("--json", help="write the training summary as JSON")] = None,
     quiet: Annotated[bool, Opt("-q", "--quiet", help="print only the summary line")] = False,
 ) -> None:
     """Train a stage-latency model on every measured run of DATA and write it to --out."""
     _learn()
-    _check(model, epochs, jobs, seed)
+    _check(model, epochs, jobs, seed, composition)
     outs = Outputs()
     model_target, json_target = outs.add(out, "--out"), outs.add(json_out, "--json")
     if model_target is not None and model_target.to_stdout:
         raise ConfigError("--out", "a model is binary, not for standard output", "pass a file name such as model.pt")
     from .learn.evaluate import mre_pct
     from .learn.models import fit
+    from .learn.stage_graph import composed
     from .validate.runner import default_jobs
 
     graphs, skipped = _graphs(data, jobs or default_jobs(), quiet)
+    graphs = composed(graphs, composition)
     with progress_bar(quiet=quiet) as bar:
         task = bar.add_task(f"training {model}", total=epochs)
         t0 = time.perf_counter()
@@ -93,12 +101,14 @@ def train(
         train_s = time.perf_counter() - t0
     devices = sorted({g.device for g in graphs if g.device})
     fitted.meta = {"trained_on": f"{len(graphs)} measured runs of {data}", "devices": ",".join(devices),
-                   "data": str(data), "rows": str(len(graphs)), "epochs": str(epochs), "seed": str(seed)}
+                   "data": str(data), "rows": str(len(graphs)), "epochs": str(epochs), "seed": str(seed),
+                   "composition": composition}
     import numpy as np
 
     label = np.array([g.label_s for g in graphs])
     summary = {"model": model, "data": str(data), "out": out, "n_train": len(graphs), "skipped": len(skipped),
                "devices": devices, "epochs": epochs, "best_epoch": fitted.best_epoch, "seed": seed,
+               "composition": composition,
                "train_s": train_s, "val_mre_pct": None if fitted.val_error is None else 100.0 * fitted.val_error,
                "train_mre_pct": mre_pct(fitted.predict_iter_s(graphs), label),
                "analytical_mre_pct": mre_pct(np.array([g.base_iter_s for g in graphs]), label)}
@@ -124,13 +134,14 @@ def eval_cmd(
     epochs: Annotated[int, Opt(help="at most this many epochs per model (early stopping)")] = 500,
     jobs: Annotated[int | None, Opt(help="worker processes (stage graphs, then one model each; default: CPU "
                                          "count)")] = None,
+    composition: Annotated[str, Opt(help=COMPOSITION_HELP)] = "formula",
     json_out: Annotated[str | None, Opt("--json", help="write test_mre_pct, baselines, n_train, n_test, train_s "
                                                        "as JSON")] = None,
     quiet: Annotated[bool, Opt("-q", "--quiet", help="print only the summary line")] = False,
 ) -> None:
     """Split DATA by configuration, train every model on --train-fraction of them, report the error on the rest."""
     _learn()
-    _check(model, epochs, jobs, seed)
+    _check(model, epochs, jobs, seed, composition)
     if not 0 < train_fraction < 1:
         raise ConfigError("--train-fraction", f"{train_fraction} is not a fraction", "use a number in (0, 1)")
     outs = Outputs()
@@ -146,7 +157,7 @@ def eval_cmd(
                           "pass more measured runs")
     with progress_bar(quiet=quiet) as bar:
         task = bar.add_task(f"training {len(MODELS)} models", total=len(MODELS))
-        ev = evaluate(graphs, train_fraction, seed, model, epochs=epochs, jobs=n_jobs,
+        ev = evaluate(graphs, train_fraction, seed, model, epochs=epochs, jobs=n_jobs, composition=composition,
                       progress=lambda k: bar.advance(task, 1))
     result = {"data": str(data), "skipped": len(skipped), **ev.to_json()}
     if json_target is not None:

@@ -109,6 +109,16 @@ class Program:
         return self.tree.mesh
 
 
+def stretch_compute(chunk: ChunkProgram, factor: float) -> None:
+    """Stretch one chunk's per-micro-batch work by `factor`, in place: its compute kernels' GPU time and the
+    host (framework) time of issuing every forward and backward step, so that the stage takes `factor` times
+    longer whether the GPU or the host paces it (the learned compute model's correction, trainsim.learn)."""
+    for s in (*chunk.fwd, *chunk.bwd):
+        if s.stream == Stream.COMPUTE:
+            s.duration_s *= factor
+        s.host_s *= factor
+
+
 def _category(axes: tuple[str, ...], grad: bool) -> str:
     if grad:
         return "dp"

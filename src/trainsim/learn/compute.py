@@ -4,7 +4,8 @@ corrects the roofline's stage times, and the event simulation runs on the correc
 The roofline costs every step first (the features the model reads are its times); the model then predicts
 the job's slowest stage (one micro-batch's forward and backward: compute plus the tensor-parallel
 communication it waits on), and every chunk's compute steps are scaled by the factor that gives that stage
-its predicted time, the communication keeping the communication model's times. Everything downstream (the pipeline schedule,
+its predicted time (and the host time of issuing it alike: compile.program.stretch_compute, so a host-paced
+stage stretches too), the communication keeping the communication model's times. Everything downstream (the pipeline schedule,
 data-parallel overlap, bandwidth sharing, memory) is the event simulation's, so the learned model works
 wherever the roofline does: simulate, search, sweep and validate. PredTOP's own composition,
 T = sum(t_i) + (B - 1) max(t_i) laid over the roofline's iteration, is kept beside it for comparison.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..compile.program import Program, Stream
+from ..compile.program import Program, Stream, stretch_compute
 from ..config import learned_path
 from ..errors import ConfigError
 from .stage_graph import program_stage_graphs
@@ -103,9 +104,7 @@ def correct_program(compute_model: str, program: Program, roofline_iteration_s: 
     stages: list[LearnedStage] = []
     for ch, graph in zip(program.chunks, graphs, strict=True):
         compute_c, comm_c = _stage_parts(program, ch.chunk)
-        for s in (*ch.fwd, *ch.bwd):
-            if s.stream == Stream.COMPUTE:
-                s.duration_s *= factor
+        stretch_compute(ch, factor)
         stages.append(LearnedStage(ch.chunk, ch.pp_rank, graph.base_stage_s, compute_c * factor + comm_c, factor))
     formula = roofline_iteration_s + g.slots * (stages[slowest].stage_s - g.base_stage_s)
     note = None

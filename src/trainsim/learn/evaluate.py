@@ -18,7 +18,7 @@ import numpy as np
 
 from .dataset import split_by_config
 from .models import MODELS, Fitted, fit
-from .stage_graph import StageGraph
+from .stage_graph import StageGraph, composed
 
 
 def mre_pct(predicted: np.ndarray, measured: np.ndarray) -> float:
@@ -51,6 +51,7 @@ class Evaluation:
     n_test: int
     n_train_configs: int
     n_test_configs: int
+    composition: str
     scores: dict[str, ModelScore] = field(default_factory=dict)
     analytical: ModelScore | None = None
 
@@ -60,6 +61,7 @@ class Evaluation:
         if self.analytical is not None:
             baselines["analytical"] = self.analytical.test_mre_pct
         return {"model": self.model, "train_fraction": self.train_fraction, "seed": self.seed, "epochs": self.epochs,
+                "composition": self.composition,
                 "test_mre_pct": head.test_mre_pct, "baselines": baselines, "n_train": self.n_train,
                 "n_test": self.n_test, "n_train_configs": self.n_train_configs, "n_test_configs": self.n_test_configs,
                 "train_s": head.train_s,
@@ -86,15 +88,17 @@ def fit_and_score(args: tuple[str, list[StageGraph], list[StageGraph], int, int]
 
 
 def evaluate(graphs: Sequence[StageGraph], train_fraction: float, seed: int, model: str = "dag-transformer",
-             *, epochs: int = 500, jobs: int = 1, models: Sequence[str] = MODELS,
+             *, epochs: int = 500, jobs: int = 1, models: Sequence[str] = MODELS, composition: str = "formula",
              progress: Callable[[str], None] | None = None) -> Evaluation:
     """Split `graphs` by configuration, train `model` and the other `models` on the training part and
-    score each (and the analytical model) on the held-back part; `progress(kind)` after each model."""
-    train_idx, test_idx = split_by_config(list(graphs), train_fraction, seed)
+    score each (and the analytical model) on the held-back part, the iteration composed as `composition`
+    says (stage_graph.composed); `progress(kind)` after each model."""
+    graphs = composed(list(graphs), composition)
+    train_idx, test_idx = split_by_config(graphs, train_fraction, seed)
     train, test = [graphs[i] for i in train_idx], [graphs[i] for i in test_idx]
     kinds = [model, *[k for k in models if k != model]]
     out = Evaluation(model, train_fraction, seed, epochs, len(train), len(test),
-                     len({g.key for g in train}), len({g.key for g in test}))
+                     len({g.key for g in train}), len({g.key for g in test}), composition)
     out.analytical = score_model("analytical", None, test, 0.0)
     work = [(k, train, test, seed, epochs) for k in kinds]
     if jobs > 1 and len(work) > 1:

@@ -52,6 +52,10 @@ class StageGraph:
     label_s: float | None
     key: str
     device: str = ""  # the GPU it ran on (trainsim's device name): a model says what it was trained on
+    # the event simulation's own composition: d iteration / d stage (api.compute_response), where `slots` is
+    # PredTOP's micro-batches + stages - 1; a model trained with it (composition "simulation") is consistent
+    # with the event simulation it supplies stage times to
+    sim_slots: float | None = None
 
 
 def _one_hot(value: str, choices: tuple[str, ...]) -> list[float]:
@@ -147,16 +151,32 @@ def simulated_stage_graph(job: dict[str, Any]) -> tuple[SimulationResult, StageG
     """trainsim's simulation of a job and the unlabelled graph of its slowest stage, in the analytical
     (roofline) compute model whatever the job says: its times are the features a learned model corrects
     (api.simulate_costed: the job is lowered and costed once for both)."""
-    from ..api import simulate_costed
+    from ..api import compute_response, simulate_costed
     from ..config import parse_job
 
     cfg = parse_job(job)
     cfg = cfg.model_copy(update={"simulation": cfg.simulation.model_copy(update={"compute_model": "roofline"})})
     res, costed = simulate_costed(cfg)
-    stage = max((_stage_steps(c) for c in costed.program.chunks), key=lambda st: st[2])
-    graph = _graph_of(stage, **_context(costed.program), base_iter_s=res.iteration_time_s,
+    stages = [_stage_steps(c) for c in costed.program.chunks]
+    slowest = max(range(len(stages)), key=lambda i: stages[i][2])
+    graph = _graph_of(stages[slowest], **_context(costed.program), base_iter_s=res.iteration_time_s,
                       peak_flops=costed.peak_flops, label_s=None, key="")
-    return res, replace(graph, device=res.device)
+    response = compute_response(cfg, costed, slowest, res.iteration_time_s)  # after the graph: it stretches
+    return res, replace(graph, device=res.device, sim_slots=response)
+
+
+COMPOSITIONS = ("formula", "simulation")
+
+
+def composed(graphs: list[StageGraph], composition: str) -> list[StageGraph]:
+    """The graphs with the iteration composed as `composition` says: PredTOP's formula (`slots`, as built) or
+    the event simulation's response (`sim_slots` in place of `slots`)."""
+    if composition == "formula":
+        return list(graphs)
+    missing = sum(1 for g in graphs if g.sim_slots is None)
+    if missing:
+        raise ValueError(f"{missing} graphs have no simulation response (built before sim_slots existed)")
+    return [replace(g, slots=float(g.sim_slots)) for g in graphs]
 
 
 def job_stage_graph(job: dict[str, Any], label_s: float | None = None, key: str = "") -> StageGraph:
@@ -165,4 +185,4 @@ def job_stage_graph(job: dict[str, Any], label_s: float | None = None, key: str 
 
 
 __all__ = ["GRAPH_FEATURES", "NODE_FEATURES", "StageGraph", "job_stage_graph", "program_stage_graphs",
-           "simulated_stage_graph"]
+           "simulated_stage_graph", "COMPOSITIONS", "composed"]
