@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--multi-train-fraction", type=float, default=0.0)
+    ap.add_argument("--composition", default="simulation", help="formula (PredTOP's) | simulation (the event "
+                    "simulation's response: predictor train's default)")
     args = ap.parse_args()
     _, rows = read_csv(VTRAIN / "ground_truth_multi.csv", "multi")
     scored = list(range(len(rows)))
@@ -68,13 +70,14 @@ def main() -> None:
     train_s = None
     if model_file is None:
         from trainsim.learn.models import fit
+        from trainsim.learn.stage_graph import composed
 
         if args.cache is not None and args.cache.exists():
             with args.cache.open("rb") as fh:
                 graphs = pickle.load(fh)  # noqa: S301 - a file predtop_eval.py wrote
         else:
             graphs, _ = measured_graphs(VTRAIN / "ground_truth_single.csv", jobs=args.jobs)
-        graphs = [*graphs, *extra]
+        graphs = composed([*graphs, *extra], args.composition)
         t0 = time.perf_counter()
         fitted = fit(args.model, graphs, seed=args.seed, epochs=args.epochs)
         train_s = time.perf_counter() - t0
@@ -82,7 +85,8 @@ def main() -> None:
                                      "runs", "devices": "a100-80gb"}
         fitted.save(args.out)
         model_file = args.out
-        con.print(f"trained {args.model} on {len(graphs)} runs ({len(extra)} multi-node) in {train_s:.0f} s "
+        con.print(f"trained {args.model} ({args.composition} composition) on {len(graphs)} runs ({len(extra)} "
+                  f"multi-node) in {train_s:.0f} s "
                   f"(best epoch {fitted.best_epoch}) -> {model_file} ({model_file.stat().st_size / 1e6:.2f} MB)")
     out: dict[str, list[float]] = {"measured": [], "roofline": [], "learned": [], "event": [], "formula": [],
                                    "pp": [], "inside": []}
