@@ -161,7 +161,7 @@ def test_stages_outside_the_training_ranges_keep_the_roofline_unless_asked(tmp_p
     ("learned:", "is unknown"), ("gpu", "is unknown"), ("learned:{tmp}/missing.pt", "does not exist"),
     ("learned:{tmp}/garbage.pt", "is not a trainsim learned model"),
     ("learned:{tmp}/foreign.pt", "is not a trainsim learned model"),
-    ("learned:{tmp}/old.pt", "other stage-graph features"),
+    ("learned:{tmp}/old.pt", "other stage-graph features"), ("learned:{tmp}/damaged.pt", "is damaged"),
 ])
 def test_bad_models_are_one_line_errors(tmp_path: Path, spec: str, problem: str) -> None:
     (tmp_path / "garbage.pt").write_bytes(b"\x00not a model")
@@ -169,6 +169,9 @@ def test_bad_models_are_one_line_errors(tmp_path: Path, spec: str, problem: str)
     old = torch.load(constant_model(tmp_path / "m.pt", 1.0), weights_only=True)
     old["node_features"] = old["node_features"][:-1]
     torch.save(old, tmp_path / "old.pt")
+    damaged = torch.load(tmp_path / "m.pt", weights_only=True)
+    damaged["x_mean"] = "not a tensor"
+    torch.save(damaged, tmp_path / "damaged.pt")
     with pytest.raises(ConfigError, match=problem) as err:
         simulate(job(compute=spec.format(tmp=tmp_path)))
     assert err.value.field == "simulation.compute_model" and "\n" not in err.value.one_line()

@@ -580,18 +580,18 @@ class Fitted:
             config = {k: int(v) for k, v in d["config"].items()}
             model = make_model(d["kind"], int(d["n_node_features"]), int(d["n_graph_features"]), **config)
             model.load_state_dict(d["state_dict"])
-        except (KeyError, TypeError, ValueError, RuntimeError, ConfigError) as exc:
+            model.eval()
+            return cls(kind=d["kind"], model=model, x_mean=d["x_mean"].numpy(), x_std=d["x_std"].numpy(),
+                       g_mean=d["g_mean"].numpy(), g_std=d["g_std"].numpy(),
+                       n_node_features=int(d["n_node_features"]), n_graph_features=int(d["n_graph_features"]),
+                       config=config, best_epoch=int(d["best_epoch"]), val_error=d["val_error"],
+                       history=[(int(e), float(t), v) for e, t, v in d["history"]],
+                       meta={str(k): str(v) for k, v in dict(d.get("meta") or {}).items()},
+                       g_min=d["g_min"].numpy() if "g_min" in d else None,
+                       g_max=d["g_max"].numpy() if "g_max" in d else None)
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, ConfigError) as exc:
             raise ConfigError(field_name, f"{path} is damaged ({type(exc).__name__})",
                               "retrain it with `trainsim predictor train`") from None
-        model.eval()
-        return cls(kind=d["kind"], model=model, x_mean=d["x_mean"].numpy(), x_std=d["x_std"].numpy(),
-                   g_mean=d["g_mean"].numpy(), g_std=d["g_std"].numpy(),
-                   n_node_features=int(d["n_node_features"]), n_graph_features=int(d["n_graph_features"]),
-                   config=config, best_epoch=int(d["best_epoch"]), val_error=d["val_error"],
-                   history=[(int(e), float(t), v) for e, t, v in d["history"]],
-                   meta={str(k): str(v) for k, v in dict(d.get("meta") or {}).items()},
-                   g_min=d["g_min"].numpy() if "g_min" in d else None,
-                   g_max=d["g_max"].numpy() if "g_max" in d else None)
 
 
 def fit(kind: str, graphs: Sequence[StageGraph], *, seed: int = 0, epochs: int = 500, lr: float = 1e-3,
