@@ -99,9 +99,9 @@ def test_columns_resolve_through_aliases_case_and_file() -> None:
 
 # ---- validate --by with a stubbed simulator ---------------------------------------------------------------
 
-def _stub_row(args: tuple[str, int, dict[str, str], str | None]) -> Outcome:
+def _stub_row(args: tuple[str, int, dict[str, str], str | None, dict]) -> Outcome:
     """Prediction = the row's `pred` column (ms), as if the simulator had said so."""
-    _, i, row, _ = args
+    _, i, row, _, _ = args
     pred, meas = float(row["pred"]) / 1e3, float(row["iteration time (ms)"]) / 1e3
     return Outcome(i, f"row{i}", "iter_time_s", pred, meas, None, 1 / pred, 1 / meas)
 
