@@ -21,12 +21,15 @@ from .compile.graph import WorkEstimate, build_graph, predict_tasks
 from .compile.program import Program, Stream, lower, stretch_compute
 from .config import (
     DEFAULT_JOB,
+    LEARNED_PREFIX,
     ClusterSpec,
     JobConfig,
     ModelSpec,
     RemoteMemorySpec,
     SimulationSpec,
     StrategySpec,
+    job_dict,
+    learned_path,
     load_yaml,
     parse_job,
 )
@@ -257,6 +260,37 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict
     else:
         cl, spec, tree = job_tree(job)
     return _run_tree(tree, cl, job.simulation, spec, wall0, progress, job.cluster.remote_memory)
+
+
+def resolved_job(job: JobConfig, result: SimulationResult) -> JobConfig:
+    """The job as it ran, runnable from anywhere: the derived dp, global batch and node count set, and the
+    files it names (tree, HF config, remote memory, learned model) made absolute."""
+    resolved = job.model_copy(deep=True)
+    s = result.strategy
+    if resolved.strategy.tree is None:
+        resolved.strategy.dp = s["dp"]
+        resolved.strategy.global_batch = s["global_batch"]
+    else:
+        resolved.strategy.tree = str(Path(resolved.strategy.tree).resolve())
+    if resolved.model.hf_config is not None:
+        resolved.model.hf_config = str(Path(resolved.model.hf_config).resolve())
+    remote = resolved.cluster.remote_memory
+    if remote is not None and remote.config is not None:
+        remote.config = str(Path(remote.config).resolve())
+    learned = learned_path(resolved.simulation.compute_model)
+    if learned is not None:
+        resolved.simulation.compute_model = LEARNED_PREFIX + str(Path(learned).resolve())
+    if job.cluster.topology is None:
+        resolved.cluster.nodes = result.n_gpus // max(1, preset_cluster(job.cluster.name).gpus_per_node)
+    return resolved
+
+
+def simulation_json(job: JobConfig, result: SimulationResult, searched: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """What `simulate --json` writes: the result, its kind and the resolved job (so a report can draw the
+    schedule again), with the strategy search's account when the degrees were searched."""
+    return {"kind": "simulation", **result.to_json(), "job": job_dict(resolved_job(job, result)),
+            **({"strategy_search": searched} if searched else {})}
 
 
 _SECTIONS: dict[str, type[ModelSpec | ClusterSpec | StrategySpec | SimulationSpec]] = {
@@ -505,7 +539,6 @@ def check_compute_model(sim: SimulationSpec) -> None:
     """Read a learned compute model once, up front (a command that simulates many jobs, a search say, would
     otherwise report a damaged file as every job's error); the roofline needs no check."""
     if sim.compute_model != "roofline":
-        from .config import learned_path
         from .learn.models import Fitted
 
         Fitted.load(learned_path(sim.compute_model) or "", "simulation.compute_model")

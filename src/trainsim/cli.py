@@ -19,13 +19,14 @@ from .cli_astra import astra_app
 from .cli_chakra import chakra_app
 from .cli_predictor import predictor_app
 from .cli_replay import optimize_cmd, replay_cmd, scale_cmd
-from .cli_search import auto_note, auto_strategy, search_cmd, wants_search
+from .cli_report import check_format, report_cmd, simulation_page
+from .cli_search import auto_note, resolve_job, search_cmd
 from .cli_sweep import sweep_cmd
-from .config import DEFAULT_JOB_TEXT, LayeredJob, apply_flags, describe_flags, dump_yaml, load_yaml, parse_job
-from .console import PhaseProgress, progress_bar
+from .config import DEFAULT_JOB_TEXT, LayeredJob, describe_flags, dump_yaml, parse_job
+from .console import progress_bar, simulate_bar
 from .errors import ConfigError
 from .files import Outputs, OutputTarget, Payload, json_text, write_outputs
-from .limits import MAX_COLLECTIVE_CHUNKS, MAX_GPUS, PROGRESS_MIN_TASKS
+from .limits import MAX_COLLECTIVE_CHUNKS, MAX_GPUS
 
 # rich_markup_mode=None: click's plain help, which keeps every option name whole at 80 columns (rich cuts them)
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -147,6 +148,8 @@ def simulate(
     calibration: Annotated[str | None, Opt(help="calibration YAML from `trainsim calibrate`")] = None,
     json_out: Annotated[str | None, Opt("--json", help="write the result summary as JSON (- for stdout)")] = None,
     trace: Annotated[str | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
+    report: Annotated[str | None, Opt(help="write the HTML report (timeline, breakdown, memory, critical path; "
+                                           "needs trainsim[report])")] = None,
     dump_config: Annotated[str | None, Opt(help="write the resolved job as YAML")] = None,
     strategy_tree: Annotated[str | None, Opt("--strategy-tree", help="simulate a saved strategy tree (YAML from "
                                               "--dump-strategy or StrategyTree.to_yaml) instead of the "
@@ -162,6 +165,11 @@ def simulate(
     """Predict one training iteration (no arguments: GPT-3 175B on 1024 A100-80GB, Megatron 3D parallel)."""
     outs = Outputs()  # every output path is checked before any work is done
     json_target, trace_target = outs.add(json_out, "--json"), outs.add(trace, "--trace")
+    report_target = outs.add(report, "--report")
+    if report_target is not None:
+        if report_target.to_stdout:
+            raise ConfigError("--report", "a report is a file, not standard output", "pass a file such as report.html")
+        check_format("html")
     strategy_target, config_target = outs.add(dump_strategy, "--dump-strategy"), outs.add(dump_config, "--dump-config")
     flags: dict[str, Any] = {
         "model": {"name": model, "hf_config": str(hf_config) if hf_config is not None else None, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
@@ -192,55 +200,27 @@ def simulate(
     }
     if model is not None and hf_config is not None:
         raise ConfigError("--hf-config", "and --model both name the model", "pass only one of them")
-    layered = apply_flags(load_yaml(config) if config is not None else None, flags)
-    job = parse_job(layered.data)
-    from .api import check_compute_model
-
-    check_compute_model(job.simulation)
-    searched: dict[str, Any] | None = None
-    if search_time_limit is not None and not 0 < search_time_limit < math.inf:
-        raise ConfigError("--search-time-limit", f"must be > 0 seconds, got {search_time_limit}",
-                          "pass a positive number of seconds")
-    if wants_search(layered.data):  # no parallel degree given: the search chooses them
-        given = {k: v for k, v in flags["strategy"].items() if v is not None}
-        if not layered.from_default and config is not None:  # a job file's own strategy keys hold too
-            given = {**(load_yaml(config).get("strategy") or {}), **given}
-        data, searched = auto_strategy(layered.data, given, quiet=quiet or outs.to_stdout,
-                                       time_limit_s=search_time_limit)
-        job = parse_job(data)
-        layered = layered._replace(notes=[n for n in layered.notes if "sp off" not in n])
-    from .api import preset_cluster
+    job, searched, layered = resolve_job(config, flags, quiet or outs.to_stdout, search_time_limit)
+    from .api import resolved_job, simulation_json
     from .api import simulate as run_simulation
     from .report.chrome_trace import chrome_trace_json
     from .report.summary import print_summary
 
-    with _simulate_bar() as bar:
+    with simulate_bar() as bar:
         result = run_simulation(job, progress=bar)
     payloads: dict[OutputTarget | None, Payload] = {}
     if json_target is not None:
-        payloads[json_target] = json_text({**result.to_json(), **({"strategy_search": searched} if searched else {})},
-                                          "--json")
+        payloads[json_target] = json_text(simulation_json(job, result, searched), "--json")
     if trace_target is not None:
         payloads[trace_target] = chrome_trace_json(result)
+    if report_target is not None:
+        payloads[report_target] = simulation_page(job, result, searched, config or "the default job")
     if strategy_target is not None:
         from .api import strategy_tree as job_tree
 
         payloads[strategy_target] = job_tree(job).to_yaml()
     if config_target is not None:
-        s = result.strategy
-        resolved = job.model_copy(deep=True)
-        if resolved.strategy.tree is None:
-            resolved.strategy.dp = s["dp"]
-            resolved.strategy.global_batch = s["global_batch"]
-        else:
-            resolved.strategy.tree = str(Path(resolved.strategy.tree).resolve())
-        if resolved.model.hf_config is not None:  # the dumped job must find the file from anywhere
-            resolved.model.hf_config = str(Path(resolved.model.hf_config).resolve())
-        remote = resolved.cluster.remote_memory
-        if remote is not None and remote.config is not None:  # the same for --remote-memory's JSON
-            remote.config = str(Path(remote.config).resolve())
-        if job.cluster.topology is None:
-            resolved.cluster.nodes = result.n_gpus // max(1, preset_cluster(job.cluster.name).gpus_per_node)
+        resolved = resolved_job(job, result)
         payloads[config_target] = dump_yaml(resolved)
     if not quiet and not outs.to_stdout:
         # the summary names --remote-memory by its path, not by the cluster.remote_memory section it sets
@@ -490,19 +470,6 @@ def _job_line(config: Path | None, layered: LayeredJob, flags: dict[str, Any]) -
 def _check_jobs(jobs: int | None) -> None:
     if jobs is not None and jobs < 1:
         raise ConfigError("--jobs", f"must be >= 1, got {jobs}", "pass a worker count, or leave it out for the default")
-
-
-def _simulate_bar() -> PhaseProgress:
-    """api.simulate's progress callback: a transient rich bar on stderr (a terminal only) for jobs predicted to
-    build at least PROGRESS_MIN_TASKS tasks (a few seconds); nothing for smaller ones."""
-
-    def columns() -> tuple[Any, ...]:
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-        return (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
-                TimeElapsedColumn())
-
-    return PhaseProgress(columns, min_total=PROGRESS_MIN_TASKS)
 
 
 def _floats(text: str | None, flag: str) -> list[float] | None:
@@ -794,6 +761,7 @@ app.add_typer(chakra_app, name="chakra")
 app.add_typer(astra_app, name="astra")
 app.add_typer(predictor_app, name="predictor")
 app.command("replay")(replay_cmd)
+app.command("report")(report_cmd)
 app.command("scale")(scale_cmd)
 app.command("optimize")(optimize_cmd)
 app.command("search")(search_cmd)

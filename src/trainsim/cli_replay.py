@@ -4,7 +4,7 @@ one-node profile (PerfEstimator), and search what-if knobs on a replay (dPRO).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -166,16 +166,12 @@ def replay_cmd(
     json_target = outs.add(json_out, "--json")
     trace_target = outs.add(trace_out, "--trace")
     paths = expand_traces(traces)  # refused before any work
-    comm, label = _comm(cluster, comm_table)
-    edits = what_if_edits(gpu, source_gpu, comm, label, None, network_speedup, no_overlap, fuse, bucket_mb,
-                          compress_bits, cores_per_node, len(paths))
-    from .console import progress_bar
-    from .replay import replay
-
-    with progress_bar() as bar:
-        task = bar.add_task(f"replaying {len(paths)} trace(s)", total=None)
-        result = replay(paths, measured_latency=not modelled_latency, edits=edits,
-                        progress=lambda done, total: bar.update(task, completed=done, total=total))
+    what_if = {"gpu": gpu, "source_gpu": source_gpu, "cluster": cluster,
+               "comm_table": str(Path(comm_table).resolve()) if comm_table else None,
+               "network_speedup": network_speedup, "bucket_mb": bucket_mb, "compress_bits": compress_bits,
+               "fuse": fuse, "no_overlap": no_overlap, "cores_per_node": cores_per_node,
+               "modelled_latency": modelled_latency}
+    result = run_replay(paths, what_if)
     trace_text = None
     if trace_target is not None:
         from .report.replay_perfetto import replay_trace_json
@@ -183,7 +179,33 @@ def replay_cmd(
         trace_text = replay_trace_json(result)
     if not outs.to_stdout:
         print_replay(result, Console(width=None))
-    _emit(json_target, trace_target, result.to_json(), trace_text)
+    _emit(json_target, trace_target, replay_json(result, what_if), trace_text)
+
+
+WHAT_IF_KEYS = ("gpu", "source_gpu", "cluster", "comm_table", "network_speedup", "bucket_mb", "compress_bits",
+                "fuse", "no_overlap", "cores_per_node", "modelled_latency")
+
+
+def run_replay(paths: list[str], what_if: dict[str, Any]) -> ReplayResult:
+    """Replay the traces under `replay`'s what-if options (WHAT_IF_KEYS, as its flags name them), with a
+    progress bar; `trainsim report` replays a replay JSON's traces the same way."""
+    opt = {k: what_if.get(k) for k in WHAT_IF_KEYS}
+    comm, label = _comm(opt["cluster"], opt["comm_table"])
+    edits = what_if_edits(opt["gpu"], opt["source_gpu"], comm, label, None, opt["network_speedup"],
+                          bool(opt["no_overlap"]), bool(opt["fuse"]), opt["bucket_mb"], opt["compress_bits"],
+                          opt["cores_per_node"], len(paths))
+    from .console import progress_bar
+    from .replay import replay
+
+    with progress_bar() as bar:
+        task = bar.add_task(f"replaying {len(paths)} trace(s)", total=None)
+        return replay(paths, measured_latency=not opt["modelled_latency"], edits=edits,
+                      progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def replay_json(result: ReplayResult, what_if: dict[str, Any]) -> dict[str, Any]:
+    """What `replay --json` writes: the replay and the what-if options it ran under (those set)."""
+    return {**result.to_json(), "what_if": {k: v for k, v in what_if.items() if v not in (None, False)}}
 
 
 def _int_list(text: str, field: str) -> list[int]:

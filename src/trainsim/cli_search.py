@@ -3,6 +3,7 @@ was pruned and why; and the auto-strategy `simulate` runs when no parallel degre
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -11,10 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .config import DEFAULT_JOB, load_yaml, parse_job
+from .config import DEFAULT_JOB, JobConfig, LayeredJob, apply_flags, load_yaml, parse_job
 from .console import PhaseProgress
 from .errors import ConfigError
 from .files import Outputs, json_text, write_outputs
+from .optimize.space import strategy_text
 
 if TYPE_CHECKING:
     from .optimize.search import SearchResult
@@ -57,28 +59,6 @@ def search_bar(quiet: bool) -> PhaseProgress:
                 TextColumn("ETA"), TimeRemainingColumn())
 
     return PhaseProgress(columns, quiet=quiet)
-
-
-def strategy_text(row: dict[str, Any]) -> str:
-    """A configuration in one short line: degrees, micro-batch, recompute, ZeRO, flags, schedule."""
-    sched = "interleaved" if (row.get("vpp") or 1) > 1 else row.get("schedule")
-    degrees = f"tp{row['tp']} pp{row['pp']} dp{row['dp']}" + "".join(
-        f" {k}{row[k]}" for k in ("cp", "ep", "vpp") if (row.get(k) or 1) > 1)
-    return (f"{degrees} mb{row['micro_batch']} {row['recompute']} zero{row['zero']} {_flags_text(row)} "
-            f"{sched}").replace(" - ", " ")
-
-
-def _flags_text(row: dict[str, Any]) -> str:
-    parts = []
-    if row.get("sequence_parallel"):
-        parts.append("sp")
-    if row.get("tp_comm_overlap"):
-        parts.append("tp-ovl")
-    if not row.get("overlap_grad_reduce", True):
-        parts.append("no-grad-ovl")
-    if row.get("overlap_param_gather"):
-        parts.append("param-ovl")
-    return " ".join(parts) or "-"
 
 
 def print_search(result: SearchResult, console: Console, global_batch: int) -> None:
@@ -257,6 +237,29 @@ def wants_search(data: dict[str, Any]) -> bool:
     if strat.get("schedule") not in (None, "1f1b", "zb-h1"):
         return False
     return all(k in _AUTO_FIXED for k, v in strat.items() if v is not None)
+
+
+def resolve_job(config: str | None, flags: dict[str, Any], quiet: bool, time_limit_s: float | None = None
+                ) -> tuple[JobConfig, dict[str, Any] | None, LayeredJob]:
+    """The job a command runs: the job file (or the default) with the flags on top and, where no parallel
+    degree is given, the strategy searched (`auto_strategy`). Returns the job, what the search did (None
+    without one) and the layering (for the summary's job line)."""
+    from .api import check_compute_model
+
+    layered = apply_flags(load_yaml(config) if config is not None else None, flags)
+    job = parse_job(layered.data)
+    check_compute_model(job.simulation)
+    if time_limit_s is not None and not 0 < time_limit_s < math.inf:
+        raise ConfigError("--search-time-limit", f"must be > 0 seconds, got {time_limit_s}",
+                          "pass a positive number of seconds")
+    if not wants_search(layered.data):
+        return job, None, layered
+    given = {k: v for k, v in (flags.get("strategy") or {}).items() if v is not None}
+    if not layered.from_default and config is not None:  # a job file's own strategy keys hold too
+        given = {**(load_yaml(config).get("strategy") or {}), **given}
+    data, searched = auto_strategy(layered.data, given, quiet=quiet, time_limit_s=time_limit_s)
+    layered = layered._replace(notes=[n for n in layered.notes if "sp off" not in n])
+    return parse_job(data), searched, layered
 
 
 def auto_strategy(data: dict[str, Any], given: dict[str, Any], quiet: bool,

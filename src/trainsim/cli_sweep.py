@@ -392,7 +392,9 @@ def sweep_cmd(
     wall_s = time.perf_counter() - wall0
     payloads: dict[OutputTarget | None, Payload] = {}
     if json_target is not None:
-        payloads[json_target] = json_text({"study": study, "rows": rows, "evaluated": evaluated, "reused": reused,
+        payloads[json_target] = json_text({"kind": "sweep", "study": study,
+                                           "varied": list(dict.fromkeys(_column(d) for d in spec.grid)),
+                                           "rows": rows, "evaluated": evaluated, "reused": reused,
                                            "wall_s": wall_s}, "--json")
     write_outputs(payloads)
     if outs.to_stdout:

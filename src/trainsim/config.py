@@ -508,8 +508,13 @@ def describe_flags(flags: dict[str, dict[str, Any]]) -> str:
     return " ".join(parts)
 
 
-def dump_yaml(job: JobConfig) -> str:
-    data = job.model_dump(exclude_none=True)
+def job_dict(job: JobConfig) -> dict[str, Any]:
+    """The job as a job YAML writes it (set keys only; what --dump-config and simulate --json give)."""
+    data = job.model_dump(mode="json", exclude_none=True)
     if job.model.hf_config is not None:  # the imported config is the model: no built-in name beside it
         data["model"].pop("name", None)
-    return yaml.safe_dump(data, sort_keys=False)
+    return data
+
+
+def dump_yaml(job: JobConfig) -> str:
+    return yaml.safe_dump(job_dict(job), sort_keys=False)

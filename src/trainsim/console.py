@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
+from .limits import PROGRESS_MIN_TASKS
+
 
 def progress_bar(*columns: Any, quiet: bool = False) -> Progress:  # noqa: ANN401 - rich's column types
     """A transient rich Progress on stderr, disabled when quiet or when stderr is not a terminal."""
@@ -53,3 +55,16 @@ class PhaseProgress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+def simulate_bar() -> PhaseProgress:
+    """api.simulate's progress callback: a transient rich bar on stderr (a terminal only) for jobs predicted to
+    build at least PROGRESS_MIN_TASKS tasks (a few seconds); nothing for smaller ones."""
+
+    def columns() -> tuple[Any, ...]:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        return (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
+                TimeElapsedColumn())
+
+    return PhaseProgress(columns, min_total=PROGRESS_MIN_TASKS)

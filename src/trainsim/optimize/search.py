@@ -126,6 +126,7 @@ class SearchResult:
     def to_json(self) -> dict[str, Any]:
         best = self.best
         return {
+            "kind": "search",
             "best": self.entry(best) if best else None,
             "top": [self.entry(r) for r in self.top],
             "evaluated": self.evaluated,
@@ -138,6 +139,9 @@ class SearchResult:
             "per_nodes": [{"nodes": n.nodes, "n_gpus": n.n_gpus, "space": n.space, "evaluated": len(n.rows),
                            "best": self.entry(max(n.feasible, key=throughput)) if n.feasible
                            else None} for n in self.per_nodes],
+            "simulated": [{**self.entry(r), "fits": bool(r.get("fits")), **({"error": r["error"]} if r.get("error")
+                                                                             else {})}
+                          for n in self.per_nodes for r in n.rows],
             "wall_s": self.wall_s,
         }
 

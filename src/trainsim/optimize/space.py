@@ -205,3 +205,25 @@ def _inner_reason(tp: int, pp: int, dp: int, cp: int, vpp: int, sp: bool, zero: 
     if dp * cp == 1 and (zero or not ogr):
         return "duplicate"
     return None
+
+
+def strategy_text(row: dict[str, Any]) -> str:
+    """A configuration in one short line: degrees, micro-batch, recompute, ZeRO, flags, schedule."""
+    sched = "interleaved" if (row.get("vpp") or 1) > 1 else row.get("schedule")
+    degrees = f"tp{row['tp']} pp{row['pp']} dp{row['dp']}" + "".join(
+        f" {k}{row[k]}" for k in ("cp", "ep", "vpp") if (row.get(k) or 1) > 1)
+    return (f"{degrees} mb{row['micro_batch']} {row['recompute']} zero{row['zero']} {_flags_text(row)} "
+            f"{sched}").replace(" - ", " ")
+
+
+def _flags_text(row: dict[str, Any]) -> str:
+    parts = []
+    if row.get("sequence_parallel"):
+        parts.append("sp")
+    if row.get("tp_comm_overlap"):
+        parts.append("tp-ovl")
+    if not row.get("overlap_grad_reduce", True):
+        parts.append("no-grad-ovl")
+    if row.get("overlap_param_gather"):
+        parts.append("param-ovl")
+    return " ".join(parts) or "-"

@@ -128,6 +128,8 @@ class SimulationResult:
         }
         if self.model_assumptions:
             out["model_assumptions"] = self.model_assumptions
+        if self.placement:
+            out["placement"] = self.placement
         if self.learned is not None:
             out["compute_model"] = self.learned
         if self.tokens_per_sample:
@@ -202,6 +204,11 @@ def time_by_category(graph: ExecutionGraph, trace: SimTrace, tasks: list[int]) -
         for k, v in _split(graph, t, trace.end_s[t] - trace.start_s[t]):
             out[k] += v
     return dict(out)
+
+
+def task_parts(graph: ExecutionGraph, trace: SimTrace, t: int) -> list[tuple[str, float]]:
+    """Seconds task t spent per category as it ran (what the breakdown counts; fused tasks split)."""
+    return _split(graph, t, trace.end_s[t] - trace.start_s[t])
 
 
 def _split(graph: ExecutionGraph, t: int, span_s: float) -> list[tuple[str, float]]:

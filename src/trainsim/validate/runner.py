@@ -67,7 +67,8 @@ class ValidationReport:
             **({"semantics": self.semantics} if self.semantics else {}),
             "summary": {k: num(v) if isinstance(v, float) else v for k, v in self.summary().items()},
             "rows": [{"row": o.row, "case_id": o.case_id, "predicted": o.predicted, "measured": o.measured,
-                      "metric": o.metric, "error_pct": o.error_pct, **({"assumptions": o.tags} if o.tags else {})}
+                      "metric": o.metric, "error_pct": o.error_pct, **({"group": o.group} if o.group else {}),
+                      **({"assumptions": o.tags} if o.tags else {})}
                      for o in self.compared],
             "skipped_rows": [{"row": o.row, "case_id": o.case_id, "reason": o.skipped} for o in self.skipped],
             "skipped_by_reason": {reason: len(os_) for reason, os_ in skips_by_reason(self.skipped)},
