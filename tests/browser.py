@@ -13,8 +13,10 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,6 +104,7 @@ class PageReport:
     screenshot_png: bytes = b""
     load_ms: float = math.nan
     requests: list[str] = field(default_factory=list)
+    interaction: Any = None  # what open_report's `interact` returned
 
 
 def chromium_path() -> str | None:
@@ -134,8 +137,10 @@ def _is_network(url: str, page_url: str) -> bool:
     return url.split("#")[0] != page_url and not url.startswith(("data:", "blob:", "about:"))
 
 
-def open_report(path: Path, timeout_s: float = 30, width: int = 1400) -> PageReport:
-    """Open PATH headless, wait up to TIMEOUT_S for body[data-ready], return what it showed (never ready: ready="")."""
+def open_report(path: Path, timeout_s: float = 30, width: int = 1400,
+                interact: Callable[[Any], Any] | None = None) -> PageReport:
+    """Open PATH headless, wait up to TIMEOUT_S for body[data-ready], return what it showed (never ready: ready="");
+    `interact(page)`, when given, runs on the drawn page (hover, zoom) and its return value is kept."""
     # Not ready in time is no exception: ready="" and load_ms NaN, so a test asserts on ready with console_errors.
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -175,6 +180,8 @@ def open_report(path: Path, timeout_s: float = 30, width: int = 1400) -> PageRep
             report.plots = page.evaluate(_PLOTS_JS)
             report.tables = page.evaluate("() => document.querySelectorAll('table.ts-table').length")
             report.screenshot_png = page.screenshot(full_page=True)
+            if interact is not None and report.ready == "1":
+                report.interaction = interact(page)
             report.requests = [u for u in all_requests if _is_network(u, url)]
         except PlaywrightError as exc:
             raise RuntimeError(f"{url}: {exc}") from exc

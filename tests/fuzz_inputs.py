@@ -14,7 +14,8 @@ import yaml
 from hypothesis import strategies as st
 
 Example = tuple[list[str], dict[str, bytes]]
-OUTPUT_FLAGS = frozenset({"--json", "--trace", "--dump-config", "--dump-strategy", "--plot", "--out", "--db"})
+OUTPUT_FLAGS = frozenset({"--json", "--trace", "--dump-config", "--dump-strategy", "--plot", "--out", "--db",
+                          "--report", "-o"})
 
 # values a user might type: valid small ones, boundary ones, absurd ones and wrong types
 INTS = st.sampled_from(["1", "2", "4", "8", "0", "-1", "3", "7", "1000000000000", "9223372036854775808", "1.5",
@@ -499,6 +500,60 @@ def learned_simulations(draw: st.DrawFn) -> Example:
     return argv + draw(outputs(["--json"])), files
 
 
+SMALL_JOB = {"model": {"name": "gpt2"}, "cluster": {"name": "pcie-titanxp", "nodes": 1},
+             "strategy": {"tp": 2, "pp": 2, "dp": 2, "global_batch": 8, "micro_batch": 2}}
+REPORT_INPUTS: dict[str, dict] = {
+    "sim.json": {"kind": "simulation", "model": "gpt2", "n_gpus": 8, "device": "titan-xp", "iteration_time_s": 0.5,
+                 "mfu": 0.3, "samples_per_s": 16.0, "strategy": {"tp": 2, "pp": 2, "dp": 2},
+                 "breakdown": {"compute": 0.4, "bubble": 0.1}, "breakdown_per_stage": [{"compute": 0.4}],
+                 "memory_per_stage": [{"stage": 0, "static_bytes": 1e9, "activation_peak_bytes": 1e9,
+                                       "peak_bytes": 2e9}], "peak_memory_bytes": [2e9],
+                 "memory_capacity_bytes": 12e9, "critical_path_by_category": {"compute": 0.4}, "job": SMALL_JOB},
+    "search.json": {"kind": "search", "best": None, "top": [], "pruned": {"divisibility": 10}, "space": 12,
+                    "evaluated": 2, "simulated": [
+                        {"strategy": {"tp": t, "pp": p, "dp": 1, "micro_batch": 1, "recompute": "none", "zero": 1},
+                         "n_gpus": 2, "iteration_time_s": 1.0 + t, "tokens_per_s": 100.0 * p, "mfu": 0.2,
+                         "memory_headroom_gib": 3.0, "fits": True} for t in (1, 2) for p in (1, 2)]},
+    "sweep.json": {"kind": "sweep", "study": "s", "varied": ["tp", "nic_gbps"], "rows": [
+        {"tp": t, "nic_gbps": n, "n_gpus": 8, "iteration_time_s": 1.0, "tokens_per_s": 10.0 * t + n, "mfu": 0.4,
+         "peak_memory_gib": 10.0, "memory_headroom_gib": 5.0, "fits": t < 4} for t in (1, 2, 4) for n in (25, 50)]},
+    "val.json": {"kind": "training_runs", "summary": {"n": 3}, "rows": [
+        {"row": i, "case_id": f"c{i}", "metric": "tflops_per_gpu", "predicted": 100.0 + 7 * i, "measured": 100.0,
+         "error_pct": 7.0 * i, "group": "g" + str(i % 2)} for i in range(3)]},
+    "replay.json": {"kind": "replay", "paths": ["missing.json"], "steps": [
+        {"step": 1, "measured_ms": 10.0, "replayed_ms": 10.5, "rank": 0}], "replay_error_pct": 5.0,
+        "measured_step_ms": 10.0, "replayed_step_ms": 10.5, "breakdown": {"compute": 9.0}},
+}
+
+
+def _damaged(data: dict, key: str, value: object) -> bytes:
+    return json.dumps({**data, key: value}).encode()
+
+
+@st.composite
+def reports(draw: st.DrawFn) -> Example:
+    """`trainsim report` on valid, damaged and foreign inputs of every kind, with drawn flags; and
+    `simulate --report`."""
+    if draw(st.integers(0, 5)) == 0:
+        argv = ["simulate", "-q", *GPT2_SMALL[:4], "--nodes", "1", "--tp", "2", "--pp", "2",
+                "--report", draw(st.sampled_from(["r.html", "r.html", "", "-", "sub", "missing/r.html"]))]
+        return argv, {}
+    files = {name: json.dumps(data).encode() for name, data in REPORT_INPUTS.items()}
+    name = draw(st.sampled_from(sorted(REPORT_INPUTS)))
+    files["bad.json"] = draw(st.sampled_from([
+        b"", b"{", b"[]", b"null", b'{"kind": "nosuch"}', b'{"x": 1}', b"\xff\xfe",
+        _damaged(REPORT_INPUTS[name], draw(st.sampled_from(sorted(REPORT_INPUTS[name]))),
+                 draw(st.sampled_from([None, -1, "x", [], {}, [1, "x"], {"a": "b"}, 1e308, True])))]))
+    files["job.yaml"] = draw(st.sampled_from([yaml.safe_dump(SMALL_JOB).encode(), b"model: [", b"model: {name: x}"]))
+    inputs = draw(st.lists(st.sampled_from([*REPORT_INPUTS, "bad.json", "bad.json", "job.yaml", "missing.json",
+                                            "sub", ""]), min_size=1, max_size=3))
+    argv = ["report", *inputs, "-q"]
+    argv += draw(flags({"--format": _choice(["html", "png"]), "--axes": st.sampled_from(
+        ["tp,pp", "tp,nic_gbps", "tp", "tp,tp", "x,y", ",", ""]), "--title": WORDS}, 2))
+    return argv + ["-o", draw(st.sampled_from(["r.html", "r.html", "pngs", "", "-", "sub", "missing/r.html",
+                                                "/proc/version"]))], files
+
+
 COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "replay | scale | optimize (trace files)": st.tuples(
         kineto_files(), st.sampled_from(["replay", "scale", "optimize"]),
@@ -555,6 +610,7 @@ COMMANDS: dict[str, st.SearchStrategy[Example]] = {
     "collective (ASTRA-sim configs)": astra_collectives(),
     "predictor train | predictor eval": predictors(),
     "simulate | validate --compute learned:FILE": learned_simulations(),
+    "report | simulate --report": reports(),
     "models, clusters, help, version": _no_files(st.sampled_from(
         [[], ["models"], ["clusters"], ["models", "x"], ["clusters", "--json"], ["nosuch"], ["chakra"], ["astra"],
          ["astra", "nosuch"], ["predictor"], ["predictor", "nosuch"],

@@ -25,7 +25,7 @@ EXAMPLES = {"simulate (flags)": 30, "simulate (YAML job)": 30, "collective": 30,
             "chakra export": 12, "chakra export (YAML job)": 6, "chakra run (trace files)": 15,
             "replay | scale | optimize (trace files)": 25, "sweep": 20, "search": 15, "astra run": 20,
             "collective (ASTRA-sim configs)": 20, "predictor train | predictor eval": 15,
-            "simulate | validate --compute learned:FILE": 12,
+            "simulate | validate --compute learned:FILE": 12, "report | simulate --report": 25,
             "models, clusters, help, version": 8}
 
 

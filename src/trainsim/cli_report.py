@@ -186,11 +186,11 @@ def report_cmd(
     """One page that shows results at a glance: timelines, where the time goes, memory, fronts, errors."""
     check_format(fmt)
     if fmt == "html":
-        target: OutputTarget | Path = Outputs().add(out or "report.html", "--out")  # type: ignore[assignment]
+        target: OutputTarget | Path = Outputs().add("report.html" if out is None else out, "--out")  # type: ignore[assignment]
         if target.to_stdout:  # type: ignore[union-attr]
             raise ConfigError("--out", "a report is a file, not standard output", "pass a file such as report.html")
     else:
-        target = check_output_dir(out or "report-png", "--out")
+        target = check_output_dir("report-png" if out is None else out, "--out")
     pair = parse_axes(axes)
     loaded = [load_input(p) for p in inputs]  # every input read and checked before anything is simulated
     report = build_report(loaded, pair, quiet, title)

@@ -11,8 +11,8 @@ from .figures import CATEGORY_COLORS, CATEGORY_LABELS, PALETTE, BarPlot, Section
 GIB = 2**30
 
 
-def _mean_breakdown(data: dict[str, Any]) -> dict[str, float]:
-    """The iteration's breakdown (the slowest class's, as simulate reports it)."""
+def _breakdown(data: dict[str, Any]) -> dict[str, float]:
+    """The iteration's breakdown as simulate reports it."""
     return {k: float((data.get("breakdown") or {}).get(k, 0.0)) for k in BREAKDOWN_KEYS}
 
 
@@ -28,19 +28,20 @@ def comparison_section(runs: list[tuple[str, dict[str, Any]]]) -> Section:
     if len(runs) == 2 and min(tput) > 0:
         sec.cards.append(("ratio", f"{max(tput) / min(tput):.2f}x"))
     sec.items.append(BarPlot(f"Throughput ({unit})", labels, [(unit, tput, PALETTE[0])], unit, stacked=False,
-                             caption="Per GPU, so jobs on different GPU counts compare on cost."))
+                             horizontal=True, caption="Per GPU, so jobs on different GPU counts compare on cost."))
     sec.items.append(BarPlot("MFU", labels, [("MFU %", [100 * float(d.get("mfu") or 0) for d in datas],
-                                              PALETTE[2])], "MFU (%)", stacked=False))
-    keys = [k for k in BREAKDOWN_KEYS if any(_mean_breakdown(d)[k] > 0 for d in datas)]
+                                              PALETTE[2])], "MFU (%)", stacked=False, horizontal=True))
+    keys = [k for k in BREAKDOWN_KEYS if any(_breakdown(d)[k] > 0 for d in datas)]
     sec.items.append(BarPlot("Where the iteration goes", labels,
-                             [(CATEGORY_LABELS.get(k, k), [_mean_breakdown(d)[k] for d in datas],
+                             [(CATEGORY_LABELS.get(k, k), [_breakdown(d)[k] for d in datas],
                                CATEGORY_COLORS.get(k, "#999")) for k in keys], "seconds per iteration",
-                             "The slowest stage's iteration split as in each simulation's own section."))
+                             "The slowest stage's iteration split as in each simulation's own section.",
+                             horizontal=True))
     cap = [float(d.get("memory_capacity_bytes") or 0) / GIB for d in datas]
     peak = [max(d.get("peak_memory_bytes") or [0.0]) / GIB for d in datas]
     sec.items.append(BarPlot("Peak memory (the fullest stage)", labels,
                              [("peak GiB", peak, CATEGORY_COLORS["memory"]),
-                              ("GPU capacity GiB", cap, "#D8D8D8")], "GiB", stacked=False,
+                              ("GPU capacity GiB", cap, "#D8D8D8")], "GiB", stacked=False, horizontal=True,
                              caption="The largest peak over stages against the GPU's capacity."))
     cols = ["input", "GPUs", "iteration s", unit, "MFU %", "peak GiB", "verdict", "strategy"]
     rows = []

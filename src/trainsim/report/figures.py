@@ -83,6 +83,7 @@ class XYPlot:
     log_x: bool = False
     log_y: bool = False
     hlines: list[tuple[float, str, str]] = field(default_factory=list)  # (y, label, colour)
+    y_from_zero: bool = True  # a linear y axis starts at 0 (False: fit the data, to see small differences)
 
 
 @dataclass

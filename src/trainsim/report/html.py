@@ -97,7 +97,7 @@ def _timeline(p: TimelinePlot) -> tuple[list[dict[str, Any]], dict[str, Any], di
                      xaxis={"title": {"text": p.x_label}, "showgrid": True, "gridcolor": "#EEE", "zeroline": False},
                      yaxis={"tickvals": list(range(len(p.rows))), "ticktext": [html.escape(r) for r in p.rows],
                             "range": [len(p.rows) - 0.5, -0.5], "showgrid": False, "zeroline": False,
-                            "fixedrange": True, "automargin": True, "tickfont": {"size": 10}},
+                            "fixedrange": True, "tickfont": {"size": 10}},
                      legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0.3},
                      hovermode=False)
     layout["margin"]["l"] = min(400, 20 + 6 * longest)
@@ -124,7 +124,7 @@ def _xy(p: XYPlot) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                      xaxis={"title": {"text": p.x_label}, "type": "log" if p.log_x else "linear",
                             "gridcolor": "#EEE"},
                      yaxis={"title": {"text": p.y_label}, "type": "log" if p.log_y else "linear",
-                            "gridcolor": "#EEE", "rangemode": "tozero" if not p.log_y else "normal"},
+                            "gridcolor": "#EEE", "rangemode": "tozero" if p.y_from_zero and not p.log_y else "normal"},
                      legend={"orientation": "v", "x": 1.01, "y": 1, "yanchor": "top"})
     layout["shapes"], layout["annotations"] = _hline_shapes(p.hlines)
     return data, layout
@@ -142,14 +142,19 @@ def _bar(p: BarPlot) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             trace.update(x=cats, y=_num(values, 6))
         data.append(trace)
     value_axis = {"title": {"text": p.value_label}, "gridcolor": "#EEE", "type": "log" if p.log_value else "linear"}
-    cat_axis: dict[str, Any] = {"type": "category", "automargin": True}
-    height = max(360, 60 + 26 * len(p.categories)) if p.horizontal else 440
+    cat_axis: dict[str, Any] = {"type": "category"}
+    height = max(240, 130 + 30 * len(p.categories) * (1 if p.stacked else len(p.stacks))) if p.horizontal else 440
     layout = _layout(p.title, min(height, 2000), barmode="stack" if p.stacked else "group",
                      xaxis=value_axis if p.horizontal else cat_axis,
                      yaxis={**cat_axis, "autorange": "reversed"} if p.horizontal else value_axis,
                      showlegend=len(p.stacks) > 1, legend={"orientation": "v", "x": 1.01, "y": 1, "yanchor": "top",
                                                            "traceorder": "normal"})
     layout["shapes"], layout["annotations"] = _hline_shapes(p.hlines, horizontal=p.horizontal)
+    longest = max((len(c) for c in p.categories), default=4)
+    if p.horizontal:  # room for the category names (set here: plotly's automargin draws every plot twice)
+        layout["margin"]["l"] = min(420, 24 + 7 * longest)
+    elif longest * 7 * len(p.categories) > 1100:  # long names under many bars are tilted
+        layout["margin"]["b"] = min(260, 40 + int(5 * longest))
     return data, layout
 
 
@@ -162,10 +167,11 @@ def _heatmap(p: HeatmapPlot) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                              "hovertemplate": f"{html.escape(p.x_label)} %{{x}}<br>{html.escape(p.y_label)} %{{y}}"
                                               f"<br>{html.escape(p.z_label)} %{{z:.4g}}<extra></extra>"}
     if small:
-        trace["texttemplate"] = "%{z:.3g}"
+        trace["texttemplate"] = "%{z:.3~s}"
     layout = _layout(p.title, max(360, 120 + 34 * len(p.y)),
                      xaxis={"title": {"text": p.x_label}, "type": "category"},
-                     yaxis={"title": {"text": p.y_label}, "type": "category", "automargin": True})
+                     yaxis={"title": {"text": p.y_label}, "type": "category"})
+    layout["margin"]["l"] = min(300, 60 + 7 * max((len(y) for y in p.y), default=4))
     return [trace], layout
 
 
@@ -209,7 +215,9 @@ def _section_html(sec: Section, index: int, figures: list[dict[str, Any]]) -> st
         else:
             data, layout, kind = _figure(item)
             figures.append({"id": pid, "data": data, "layout": layout, "config": _CONFIG})
-        cap = f'<p class="ts-caption">{html.escape(item.caption)}</p>' if item.caption else ""
+        caption = item.caption + (" Drag across the plot to zoom in, double-click to zoom out; hover a bar for "
+                                  "its name and times." if isinstance(item, TimelinePlot) else "")
+        cap = f'<p class="ts-caption">{html.escape(caption.strip())}</p>' if caption.strip() else ""
         parts.append(f'<div class="ts-plot" id="{pid}" data-kind="{kind}"></div>{cap}')
     parts.append("</section>")
     return "".join(parts)
@@ -249,14 +257,17 @@ _BOOT = r"""
     return new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'))).text();};
   // a timeline group as one filled path: each bar a rectangle, joined to the next along the bars' bottom
   // edges and walked back the same way, so the joins enclose no area (one SVG path however many bars)
-  // a bar narrower than a pixel at the current zoom is drawn a pixel wide (minw ms) where the row is empty
-  // after it (an isolated send stays visible; the parts of a fused task, side by side, keep their widths)
+  // a group's bars as filled rectangles, row by row: within a row the outline runs along the bars' bottom
+  // edge from one bar to the next and the row's closing edge runs back along it, so the joins enclose no
+  // area; rows are separate pieces of one trace (a gap between them), so a group is a handful of SVG paths.
+  // A bar narrower than a pixel (minw ms) is drawn a pixel wide where the row is empty after it (an isolated
+  // send stays visible; the parts of a fused task, side by side, keep their widths)
   var shapeXY=function(b,idx,h,minw){
-    var n=idx.length,x=new Array(6*n),y=new Array(6*n),j=0,a,i,e;
-    var end=function(i){return Math.max(b.e[i],Math.min(b.s[i]+minw,b.lim[i]));};
-    for(a=0;a<n;a++){i=idx[a];e=end(i);x[j]=b.s[i];y[j++]=b.row[i]+h;x[j]=b.s[i];
-      y[j++]=b.row[i]-h;x[j]=e;y[j++]=b.row[i]-h;x[j]=e;y[j++]=b.row[i]+h;}
-    for(a=n-1;a>=0;a--){i=idx[a];e=end(i);x[j]=e;y[j++]=b.row[i]+h;x[j]=b.s[i];y[j++]=b.row[i]+h;}
+    var n=idx.length,x=[],y=[],a,i,e,r,prev=null;
+    for(a=0;a<n;a++){i=idx[a];r=b.row[i];
+      if(prev!==null&&r!==prev){x.push(null);y.push(null);}prev=r;
+      e=Math.max(b.e[i],Math.min(b.s[i]+minw,b.lim[i]));
+      x.push(b.s[i],b.s[i],e,e);y.push(r+h,r-h,r-h,r+h);}
     return [x,y];};
   var limits=function(b){
     var rows=byRow(b);b.lim=new Array(b.row.length).fill(Infinity);
@@ -266,9 +277,10 @@ _BOOT = r"""
     var by=t.cats.map(function(){return [];}),b=t.bars,i,out;
     limits(b);if(t.overlay){limits(t.overlay.bars);}
     for(i=0;i<b.row.length;i++){by[b.cat[i]].push(i);}
-    out=t.cats.map(function(c,k){return {b:b,idx:by[k],h:t.h,name:c.name,color:c.color};});
+    var order=function(b){return function(p,q){return b.row[p]-b.row[q]||b.s[p]-b.s[q];};};
+    out=t.cats.map(function(c,k){return {b:b,idx:by[k].sort(order(b)),h:t.h,name:c.name,color:c.color};});
     if(t.overlay){var o=t.overlay.bars,all=[];for(i=0;i<o.row.length;i++){all.push(i);}
-      out.push({b:o,idx:all,h:t.overlay.h,name:t.overlay.name,color:t.overlay.color});}
+      out.push({b:o,idx:all.sort(order(o)),h:t.overlay.h,name:t.overlay.name,color:t.overlay.color});}
     return out;};
   var timelineTraces=function(gs,minw){
     return gs.map(function(g){var xy=shapeXY(g.b,g.idx,g.h,minw);
@@ -313,15 +325,20 @@ _BOOT = r"""
   performance.mark('ts-start');
   Promise.all([inflate('ts-plotly'),inflate('ts-figures')]).then(function(parts){
     performance.mark('ts-inflated');
-    var s=document.createElement('script');s.textContent=parts[0];document.head.appendChild(s);
+    // plotly.js from a blob: URL, so the browser compiles it as a script file (off the main thread)
+    return new Promise(function(ok,no){
+      var s=document.createElement('script'),url=URL.createObjectURL(new Blob([parts[0]],{type:'text/javascript'}));
+      s.onload=function(){URL.revokeObjectURL(url);ok(parts[1]);};
+      s.onerror=function(){no(new Error('plotly.js did not load'));};s.src=url;document.head.appendChild(s);});
+  }).then(function(figText){
     performance.mark('ts-plotly-loaded');
-    var figs=JSON.parse(parts[1]),chain=Promise.resolve();
+    var figs=JSON.parse(figText),chain=Promise.resolve();
     figs.forEach(function(f){chain=chain.then(function(){
       var gd=document.getElementById(f.id),data=f.data,gs=null;
       if(f.timeline){
         gs=groups(f.timeline);
         var m=f.layout.margin,w=Math.max(100,gd.clientWidth-m.l-m.r);
-        data=timelineTraces(gs,f.timeline.span/w);}
+        data=timelineTraces(gs,f.timeline.span/w);performance.mark('ts-shapes-'+f.id);}
       return Plotly.newPlot(gd,data,f.layout,f.config).then(function(){
         if(gs){hover(gd,f.timeline);
           gd.on('plotly_relayout',function(ev){if(ev&&('xaxis.range[0]' in ev||'xaxis.autorange' in ev)){

@@ -236,6 +236,8 @@ def _draw_xy(plot: XYPlot, dpi: int) -> Figure:
     for y0, label, color in plot.hlines:
         ax.axhline(y0, color=color, linestyle=":", linewidth=1.2, label=label or None)
     _log_axes(ax, plot.log_x, plot.log_y)
+    if plot.y_from_zero and not plot.log_y and ax.get_ylim()[0] > 0:  # as the HTML page draws it
+        ax.set_ylim(bottom=0)
     ax.set_xlabel(plot.x_label)
     ax.set_ylabel(plot.y_label)
     ax.grid(color="#E5E5E5", linewidth=0.6)
@@ -296,6 +298,8 @@ def _draw_bars(plot: BarPlot, dpi: int) -> Figure:
     for value, label, color in plot.hlines:
         ref(value, color=color, linestyle="--", linewidth=1.2, label=label or None)
     _label_categories(ax, plot)
+    if plot.log_value:
+        _log_axes(ax, plot.horizontal, not plot.horizontal)
     (ax.set_xlabel if plot.horizontal else ax.set_ylabel)(plot.value_label)
     ax.grid(axis="x" if plot.horizontal else "y", color="#E5E5E5", linewidth=0.6)
     ax.set_axisbelow(True)

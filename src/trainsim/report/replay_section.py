@@ -62,9 +62,10 @@ def timeline_plot(result: ReplayResult) -> TimelinePlot:
         ids = np.arange(rk.task0, rk.task0 + rk.n_tasks)
         streams = np.asarray(g.stream)[ids]
         stream_names = rk.rg.graph.stream_names
-        for st in sorted(set(streams.tolist()), key=lambda s: stream_names.get(s, g.stream_name(s))):
+        names = {s: stream_names.get(s, g.stream_name(s)) for s in set(streams.tolist())}
+        for st in sorted(names, key=lambda s: (not names[s].startswith("gpu"), names[s])):  # GPU first, as measured
             row = len(rows)
-            rows.append(f"rank {rk.rank} replayed · {stream_names.get(st, g.stream_name(st))}")
+            rows.append(f"rank {rk.rank} replayed · {names[st]}")
             sel = ids[(streams == st) & (end[ids] > start[ids]) & (cats[ids] != "host_idle")]
             for cat in sorted(set(cats[sel].tolist())):
                 pick = sel[cats[sel] == cat]
@@ -76,8 +77,7 @@ def timeline_plot(result: ReplayResult) -> TimelinePlot:
                                [lab for p in parts for lab in p[3]]))
     return TimelinePlot("Measured and replayed, one above the other", rows, groups,
                         "For each rank, the measured trace (GPU streams and the CPU threads' top-level ops, coloured "
-                        "by what the replay made of each kernel) above the replay's streams, on one time axis. "
-                        "Drag to zoom into a step; double-click to reset.")
+                        "by what the replay made of each kernel) above the replay's streams, on one time axis.")
 
 
 def steps_plot(data: dict[str, Any]) -> BarPlot | None:

@@ -106,7 +106,7 @@ def timeline_plot(result: SimulationResult) -> TimelinePlot:
     caption = ("One row per rank class (ranks that run the same program, simulated once) and stream. A fused "
                "task is split into its parts in proportion (compute, then its TP/CP share); grey is the compute "
                "stream waiting (pipeline bubble, exposed communication). The thin black line is the critical "
-               "path. Drag to zoom, double-click to reset.")
+               "path.")
     if len(classes) < len(g.classes):
         caption += (f" Showing {len(classes)} of {len(g.classes)} rank classes (the first "
                     f"{len(classes) - 1} and the last).")

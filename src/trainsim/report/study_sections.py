@@ -66,8 +66,9 @@ def heatmap(rows: list[dict[str, Any]], x: str, y: str, title: str, unit: str) -
 
 
 def _check_axes(axes: tuple[str, str] | None, candidates: list[str], rows: list[dict[str, Any]],
-                field: str = "--axes") -> tuple[str, str] | None:
-    """The two axes of the heat map: the ones asked for, else the two varied keys with the most values."""
+                preferred: tuple[str, str] | None = None, field: str = "--axes") -> tuple[str, str] | None:
+    """The two axes of the heat map: the ones asked for, else `preferred` where both vary, else the two
+    varied keys with the most values."""
     if axes is not None:
         for a in axes:
             if not any(a in r for r in rows):
@@ -75,6 +76,8 @@ def _check_axes(axes: tuple[str, str] | None, candidates: list[str], rows: list[
                                   f"choose two of: {', '.join(candidates) or 'tp, pp, dp'}")
         return axes
     varied = [c for c in candidates if len({json.dumps(r.get(c)) for r in rows}) > 1]
+    if preferred is not None and all(c in varied for c in preferred):
+        return preferred
     varied.sort(key=lambda c: -len({json.dumps(r.get(c)) for r in rows}))
     return (varied[0], varied[1]) if len(varied) >= 2 else None
 
@@ -100,7 +103,7 @@ def _memory_front(rows: list[dict[str, Any]], unit: str, label: Any) -> XYPlot: 
     return XYPlot(f"{unit} per GPU against memory headroom", "memory headroom (GiB free at peak)",
                   f"{unit} per GPU", series,
                   "Every configuration that fits; on the red line no other is both faster and leaves more memory "
-                  "free (room for a longer sequence or a larger micro-batch).")
+                  "free (room for a longer sequence or a larger micro-batch).", y_from_zero=False)
 
 
 def _sweep_label(varied: list[str]) -> Any:  # noqa: ANN401 - a row -> str function
@@ -193,7 +196,7 @@ def search_section(data: dict[str, Any], axes: tuple[str, str] | None = None, so
         sec.items.append(_memory_front(rows, unit, _label))
         if simulated:
             pair = _check_axes(axes, ["tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute",
-                                      "n_gpus"], simulated)
+                                      "n_gpus"], simulated, preferred=("tp", "pp"))
             if pair is not None:
                 sec.items.append(heatmap(simulated, pair[0], pair[1],
                                          f"Best {unit} per GPU: {pair[1]} against {pair[0]} (simulated configurations)",
