@@ -25,6 +25,7 @@ from trainsim.report.study_sections import search_section, sweep_section
 from trainsim.report.validation_section import validation_section
 from trainsim.sim.result import critical_path
 
+SMALL = ["--model", "gpt2", "--cluster", "pcie-titanxp", "--nodes", "1"]
 SMALL_JOB = {"model": {"name": "gpt2"}, "cluster": {"name": "pcie-titanxp", "nodes": 1},
              "strategy": {"tp": 2, "pp": 2, "dp": 2, "global_batch": 16, "micro_batch": 2}}
 GIB = 2**30
@@ -121,11 +122,22 @@ def test_json_alone_gives_the_numbers_and_says_no_timeline(small: tuple) -> None
     assert ["resolved.tp", "2"] in job.rows
 
 
-def test_simulate_json_carries_kind_and_a_job_that_reproduces_it(small: tuple) -> None:
-    result, data = small
-    assert data["kind"] == "simulation" and json_kind(json.loads(json.dumps(data)), "f") == "simulation"
+@pytest.mark.parametrize("argv", [
+    [*SMALL, "--tp", "2", "--pp", "2"],
+    ["--model", "gpt2", "--cluster", "dgx-a100", "--gpus-per-node", "4", "--nodes", "2", "--tp", "2"],
+    ["--model", "gpt2", "--cluster", "conv-4d", "--tp", "4", "--pp", "2", "--global-batch", "512"],
+    ["--model", "gpt2", "--topology", "Ring(4)_Switch(2)", "--bandwidth", "100,25", "--latency", "500,500", "--tp", "2"],
+    ["--model", "gpt2", "--cluster", "dgx-a100", "--dp", "16", "--global-batch", "32"],
+])
+def test_simulate_json_carries_kind_and_a_job_that_reproduces_it(argv: list[str], tmp_path: Path) -> None:
+    """The JSON's `job` is the job as it ran: simulated again (what the report does) it gives the same iteration
+    on the same GPUs, whatever the flags derived (dp, nodes, a node size, a topology preset as the cluster)."""
+    out = tmp_path / "sim.json"
+    main(["simulate", "-q", *argv, "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["kind"] == "simulation" and json_kind(data, "f") == "simulation"
     again = api.simulate(api.parse_job(data["job"]))
-    assert again.iteration_time_s == result.iteration_time_s
+    assert again.iteration_time_s == data["iteration_time_s"] and again.n_gpus == data["n_gpus"]
 
 
 def test_sweep_heatmap_is_the_best_per_cell() -> None:
@@ -144,8 +156,11 @@ def test_sweep_heatmap_is_the_best_per_cell() -> None:
 
 
 def test_sweep_axes_must_be_columns() -> None:
+    rows = [{"tp": t, "gpu": g, "tokens_per_s": 1.0} for t in (1, 2) for g in ("a", "b")]
     with pytest.raises(ConfigError, match="--axes"):
-        sweep_section({"rows": [{"tp": 1, "tokens_per_s": 1.0}]}, ("tp", "nosuch"))
+        sweep_section({"rows": rows}, ("tp", "nosuch"))
+    hm = _plot(sweep_section({"rows": rows}, ("strategy.tp", "cluster.gpu")).items, HeatmapPlot)  # grid keys
+    assert (hm.x_label, hm.y_label) == ("tp", "gpu")
 
 
 def test_search_section_counts_and_front() -> None:
@@ -285,3 +300,22 @@ def test_replay_section_lays_measured_above_replayed() -> None:
     assert max(measured_rows) < first_replayed
     steps = _plot(sec.items, BarPlot, "Each step")
     assert [n for n, _, _ in steps.stacks] == ["measured", "replayed"]
+
+
+def test_timeline_keeps_the_pipeline_ends_under_its_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the class cap the first classes and the last are drawn, and the caption says so; a task cap
+    drops classes from the middle."""
+    from trainsim.report import simulation_section as ss
+
+    job = api.parse_job({**SMALL_JOB, "strategy": {**SMALL_JOB["strategy"], "tp": 1, "pp": 4}})
+    result = api.simulate(job)
+    data = api.simulation_json(job, result)
+    monkeypatch.setattr(ss, "MAX_TIMELINE_CLASSES", 3)
+    tl = _plot(ss.simulation_section(data, result).items, TimelinePlot)
+    assert sorted({r.split(" ")[0] for r in tl.rows}) == ["stage0", "stage1", "stage3"]
+    assert "Showing 3 of 4 rank classes" in tl.caption
+    monkeypatch.setattr(ss, "MAX_TIMELINE_TASKS", 1)
+    tl = _plot(ss.simulation_section(data, result).items, TimelinePlot)
+    assert sorted({r.split(" ")[0] for r in tl.rows}) == ["stage0", "stage3"]
+    mem = _plot(ss.simulation_section(data, result).items, XYPlot, "Memory over")
+    assert [s.name for s in mem.series] == ["stage0 (x2)", "stage3 (x2)"]

@@ -280,8 +280,10 @@ def resolved_job(job: JobConfig, result: SimulationResult) -> JobConfig:
     learned = learned_path(resolved.simulation.compute_model)
     if learned is not None:
         resolved.simulation.compute_model = LEARNED_PREFIX + str(Path(learned).resolve())
-    if job.cluster.topology is None:
-        resolved.cluster.nodes = result.n_gpus // max(1, preset_cluster(job.cluster.name).gpus_per_node)
+    c = job.cluster
+    if c.topology is None and c.name.strip().lower() not in TOPOLOGY_PRESETS:  # a topology's size is fixed
+        gpus_per_node = c.gpus_per_node or preset_cluster(c.name).gpus_per_node
+        resolved.cluster.nodes = max(1, result.n_gpus // max(1, gpus_per_node))
     return resolved
 
 

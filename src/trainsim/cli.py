@@ -148,8 +148,8 @@ def simulate(
     calibration: Annotated[str | None, Opt(help="calibration YAML from `trainsim calibrate`")] = None,
     json_out: Annotated[str | None, Opt("--json", help="write the result summary as JSON (- for stdout)")] = None,
     trace: Annotated[str | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
-    report: Annotated[str | None, Opt(help="write the HTML report (timeline, breakdown, memory, critical path; "
-                                           "needs trainsim[report])")] = None,
+    report: Annotated[str | None, Opt(help="write the HTML report: timeline with the critical path, where the "
+                                           "time goes, memory against capacity (opens offline)")] = None,
     dump_config: Annotated[str | None, Opt(help="write the resolved job as YAML")] = None,
     strategy_tree: Annotated[str | None, Opt("--strategy-tree", help="simulate a saved strategy tree (YAML from "
                                               "--dump-strategy or StrategyTree.to_yaml) instead of the "

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..replay import ReplayResult
 from .figures import CATEGORY_COLORS, BarPlot, Section, Segments, Table, TimelinePlot, color_of
+from .simulation_section import MAX_TIMELINE_TASKS
 
 REPLAY_COLORS = {"compute": CATEGORY_COLORS["compute"], "launch": "#F58518", "host": "#BAB0AC",
                  "runtime": "#9D755D", "memset": "#72B7B2", "memcpy": "#B279A2", "sync": "#E45756",
@@ -34,7 +35,14 @@ def timeline_plot(result: ReplayResult) -> TimelinePlot:
     def add(cat: str, row: int, s: np.ndarray, e: np.ndarray, labels: list[str]) -> None:
         buckets.setdefault(cat, []).append((np.full(len(s), row, dtype=np.int32), s, e, labels))
 
-    for rk in rgs.ranks:
+    shown, total = [], 0
+    for rk in rgs.ranks:  # whole ranks, up to MAX_TIMELINE_TASKS bars (the first rank always)
+        bars = len(rk.trace.gpu) + int((rk.trace.cpu.parent == -1).sum()) + rk.n_tasks
+        if shown and total + bars > MAX_TIMELINE_TASKS:
+            break
+        shown.append(rk)
+        total += bars
+    for rk in shown:
         tr, shift_ms = rk.trace, rk.delay_s * 1e3
         names = tr.strings
         gpu = tr.gpu
@@ -75,9 +83,11 @@ def timeline_plot(result: ReplayResult) -> TimelinePlot:
         groups.append(Segments(cat, _color(cat, i), np.concatenate([p[0] for p in parts]),
                                np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
                                [lab for p in parts for lab in p[3]]))
-    return TimelinePlot("Measured and replayed, one above the other", rows, groups,
-                        "For each rank, the measured trace (GPU streams and the CPU threads' top-level ops, coloured "
-                        "by what the replay made of each kernel) above the replay's streams, on one time axis.")
+    caption = ("For each rank, the measured trace (GPU streams and the CPU threads' top-level ops, coloured by "
+               "what the replay made of each kernel) above the replay's streams, on one time axis.")
+    if len(shown) < len(rgs.ranks):
+        caption += f" Showing the first {len(shown)} of {len(rgs.ranks)} ranks (the page stays light)."
+    return TimelinePlot("Measured and replayed, one above the other", rows, groups, caption)
 
 
 def steps_plot(data: dict[str, Any]) -> BarPlot | None:

@@ -25,6 +25,7 @@ from .figures import (
 
 GIB = 2**30
 MAX_TIMELINE_CLASSES = 32  # rank classes drawn on the timeline; more are named in the caption
+MAX_TIMELINE_TASKS = 150_000  # and no more tasks than this (about 4 MB of page and 2 s of drawing)
 MIN_GAP_FRACTION = 1e-4  # compute-stream gaps shorter than this share of the iteration are not drawn
 
 
@@ -34,11 +35,19 @@ def _class_label(result: SimulationResult, c: int) -> str:
     return f"{rc.name} (x{rc.multiplicity})" if rc.multiplicity > 1 else rc.name
 
 
-def _shown_classes(n: int) -> list[int]:
-    """Every class up to the cap; beyond it the first ones and the last (a pipeline's ends matter most)."""
-    if n <= MAX_TIMELINE_CLASSES:
-        return list(range(n))
-    return [*range(MAX_TIMELINE_CLASSES - 1), n - 1]
+def _shown_classes(result: SimulationResult) -> list[int]:
+    """Every class up to MAX_TIMELINE_CLASSES and MAX_TIMELINE_TASKS; beyond, the first ones and the last (a
+    pipeline's ends matter most), so the page stays light and quick to draw."""
+    g = result.graph
+    assert g is not None
+    n = len(g.classes)
+    tasks = [0] * n
+    for (c, _), q in g.queues.items():
+        tasks[c] += len(q)
+    shown = list(range(n)) if n <= MAX_TIMELINE_CLASSES else [*range(MAX_TIMELINE_CLASSES - 1), n - 1]
+    while len(shown) > 2 and sum(tasks[c] for c in shown) > MAX_TIMELINE_TASKS:
+        shown.pop(-2)
+    return shown
 
 
 class _Bars:
@@ -65,7 +74,7 @@ def timeline_plot(result: SimulationResult) -> TimelinePlot:
     the compute stream drawn as waiting; the critical path drawn thin on top."""
     g, tr = result.graph, result.trace
     assert g is not None and tr is not None, "the result carries no graph/trace"
-    classes = _shown_classes(len(g.classes))
+    classes = _shown_classes(result)
     rows: list[str] = []
     row_of: dict[tuple[int, int], int] = {}
     for c in classes:
@@ -123,7 +132,7 @@ def memory_plot(result: SimulationResult) -> XYPlot:
     assert g is not None and tr is not None
     end_ms = result.iteration_time_s * 1e3
     series = []
-    for i, c in enumerate(_shown_classes(len(g.classes))):
+    for i, c in enumerate(_shown_classes(result)):
         base = g.classes[c].static_bytes
         points = tr.memory_timeline[c] if c < len(tr.memory_timeline) else []
         xs = [0.0, *(t * 1e3 for t, _ in points), end_ms]

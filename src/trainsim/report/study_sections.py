@@ -70,16 +70,26 @@ def _check_axes(axes: tuple[str, str] | None, candidates: list[str], rows: list[
     """The two axes of the heat map: the ones asked for, else `preferred` where both vary, else the two
     varied keys with the most values."""
     if axes is not None:
-        for a in axes:
-            if not any(a in r for r in rows):
+        named = tuple(_column_of(a, rows) for a in axes)
+        for a, col in zip(axes, named, strict=True):
+            if col is None:
                 raise ConfigError(field, f"'{a}' is not a column of these rows",
                                   f"choose two of: {', '.join(candidates) or 'tp, pp, dp'}")
-        return axes
+        return named[0], named[1]  # type: ignore[return-value]
     varied = [c for c in candidates if len({json.dumps(r.get(c)) for r in rows}) > 1]
     if preferred is not None and all(c in varied for c in preferred):
         return preferred
     varied.sort(key=lambda c: -len({json.dumps(r.get(c)) for r in rows}))
     return (varied[0], varied[1]) if len(varied) >= 2 else None
+
+
+def _column_of(key: str, rows: list[dict[str, Any]]) -> str | None:
+    """A row column named as given or as the sweep grid's dotted key (cluster.gpu -> gpu, model.name -> model)."""
+    section, _, leaf = key.rpartition(".")
+    for col in (key, section if leaf == "name" else leaf):
+        if col and any(col in r for r in rows):
+            return col
+    return None
 
 
 def _front(points: list[tuple[float, float, dict[str, Any]]]) -> list[tuple[float, float, dict[str, Any]]]:
