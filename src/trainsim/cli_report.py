@@ -178,8 +178,9 @@ def report_cmd(
     out: Annotated[str | None, Opt("--out", "-o", help="the page (html; default report.html) or the folder of images "
                                                        "(png; default report-png)")] = None,
     fmt: Annotated[str, Opt("--format", help="html (one self-contained page) | png (one image per plot)")] = "html",
-    axes: Annotated[str | None, Opt(help="the heat map's two keys for a search or sweep, e.g. tp,pp (default: the "
-                                         "two varied keys with the most values)")] = None,
+    axes: Annotated[str | None, Opt(help="the heat map's two keys for a search or sweep, e.g. tp,pp or "
+                                         "strategy.tp,cluster.gpu (default: tp,pp for a search, else the two "
+                                         "varied keys with the most values)")] = None,
     title: Annotated[str | None, Opt(help="the page's title")] = None,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="no summary line")] = False,
 ) -> None:

@@ -20,6 +20,7 @@ PLOTLY_VERSION = "4.1.1"  # plotly.js-cartesian-dist-min, see report/assets/READ
 ROW_PX = 18  # timeline row height
 BAR_HALF_HEIGHT = 0.36  # a timeline bar spans row +- this (rows are 1 apart)
 OVERLAY_HALF_HEIGHT = 0.09
+TIMELINE_LEGEND_PER_LINE = 6
 _CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": False,
            "toImageButtonOptions": {"format": "png", "scale": 2}}
 
@@ -91,16 +92,19 @@ def _timeline(p: TimelinePlot) -> tuple[list[dict[str, Any]], dict[str, Any], di
         table["overlay"] = {"name": p.overlay.name, "color": p.overlay.color, "h": OVERLAY_HALF_HEIGHT,
                             "bars": _bars_table([p.overlay], digits, labels)}
     table["labels"] = list(labels)
-    height = min(4000, 140 + ROW_PX * len(p.rows))
+    n_legend = len(groups) + (p.overlay is not None and len(p.overlay) > 0)
+    legend_px = 22 * math.ceil(n_legend / TIMELINE_LEGEND_PER_LINE)  # one line per few entries, under the title
+    height = min(4000, 140 + legend_px + ROW_PX * len(p.rows))
     longest = max((len(r) for r in p.rows), default=10)
     layout = _layout(p.title, height,
                      xaxis={"title": {"text": p.x_label}, "showgrid": True, "gridcolor": "#EEE", "zeroline": False},
                      yaxis={"tickvals": list(range(len(p.rows))), "ticktext": [html.escape(r) for r in p.rows],
                             "range": [len(p.rows) - 0.5, -0.5], "showgrid": False, "zeroline": False,
                             "fixedrange": True, "tickfont": {"size": 10}},
-                     legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0.3},
+                     legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
                      hovermode=False)
     layout["margin"]["l"] = min(400, 20 + 6 * longest)
+    layout["margin"]["t"] = 50 + legend_px
     return [], layout, table
 
 
@@ -143,7 +147,9 @@ def _bar(p: BarPlot) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         data.append(trace)
     value_axis = {"title": {"text": p.value_label}, "gridcolor": "#EEE", "type": "log" if p.log_value else "linear"}
     cat_axis: dict[str, Any] = {"type": "category"}
-    height = max(240, 130 + 30 * len(p.categories) * (1 if p.stacked else len(p.stacks))) if p.horizontal else 440
+    legend_px = 80 + 20 * len(p.stacks) if len(p.stacks) > 1 else 0  # the legend beside the bars, unclipped
+    height = max(240, legend_px, 130 + 30 * len(p.categories) * (1 if p.stacked else len(p.stacks))) \
+        if p.horizontal else max(440, legend_px)
     layout = _layout(p.title, min(height, 2000), barmode="stack" if p.stacked else "group",
                      xaxis=value_axis if p.horizontal else cat_axis,
                      yaxis={**cat_axis, "autorange": "reversed"} if p.horizontal else value_axis,
