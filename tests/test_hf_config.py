@@ -290,7 +290,9 @@ def test_cli_hf_config_simulates_exactly_like_the_zoo_model(tmp_path: Path) -> N
     assert hf.pop("model") == "gpt2-124m" and zoo.pop("model") == "gpt2"
     for d in (hf, zoo):
         d.pop("simulation_wall_s")
-    assert hf == zoo
+    hf_job, zoo_job = hf.pop("job"), zoo.pop("job")  # the job as it ran names its model's source
+    assert hf_job["model"].pop("hf_config") == str((HF / "gpt2.json").resolve()) and zoo_job["model"].pop("name") == "gpt2"
+    assert hf_job == zoo_job and hf == zoo
     job = dumped.read_text()
     assert str((HF / "gpt2.json").resolve()) in job and "name:" not in job.split("cluster:")[0]
     again = tmp_path / "again.json"

@@ -268,7 +268,9 @@ def test_cli_refusals_write_nothing(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "--axes" in one_line_error(["report", str(garbage), "--axes", "tp", "-o", str(out)], capsys)
     assert "--format" in one_line_error(["report", str(garbage), "--format", "svg", "-o", str(out)], capsys)
     assert "--out" in one_line_error(["report", str(garbage), "-o", "-"], capsys)
-    assert not out.exists()
+    assert "does not exist" in one_line_error(["report", str(garbage), "--format", "png", "-o",
+                                                str(tmp_path / "missing" / "png")], capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json"]
 
 
 def test_simulate_report_writes_the_page(tmp_path: Path) -> None:

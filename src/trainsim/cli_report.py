@@ -192,6 +192,9 @@ def report_cmd(
             raise ConfigError("--out", "a report is a file, not standard output", "pass a file such as report.html")
     else:
         target = check_output_dir("report-png" if out is None else out, "--out")
+        if not target.parent.is_dir():  # one new folder at most, as a file output needs its folder
+            raise ConfigError("--out", f"{target.parent} does not exist", "create it, or name a folder in an "
+                              "existing one")
     pair = parse_axes(axes)
     loaded = [load_input(p) for p in inputs]  # every input read and checked before anything is simulated
     report = build_report(loaded, pair, quiet, title)
