@@ -122,19 +122,6 @@ def build_report(inputs: list[ReportInput], axes: tuple[str, str] | None, quiet:
     return Report(title or f"trainsim report: {default}", sections)
 
 
-def render(report: Report, fmt: str) -> dict[str, bytes | str]:
-    """The page (html: one file) or the images (png: name -> bytes)."""
-    from . import __version__
-
-    if fmt == "html":
-        from .report.html import render_html
-
-        return {"": render_html(report, __version__)}
-    from .report.png import png_files
-
-    return dict(png_files(report))
-
-
 def simulation_page(job: Any, result: Any, searched: dict[str, Any] | None, source: str) -> str:  # noqa: ANN401
     """`simulate --report`: the page of the run just simulated (no second simulation)."""
     from . import __version__
@@ -158,14 +145,21 @@ def check_format(fmt: str) -> None:
 
 
 def write_report(report: Report, fmt: str, target: OutputTarget | Path) -> list[str]:
-    """Write the page or the images through the shared writer (all or nothing); returns what was written."""
-    files = render(report, fmt)
+    """Render the page (html) or the images (png, one per plot) and write them through the shared writer,
+    all or nothing; returns what was written."""
+    from . import __version__
+
     if fmt == "html":
+        from .report.html import render_html
+
         assert isinstance(target, OutputTarget)
-        write_outputs({target: files[""]})
+        write_outputs({target: render_html(report, __version__)})
         return [target.path]
+    from .report.png import png_files
+
     assert isinstance(target, Path)
-    target.mkdir(parents=True, exist_ok=True)  # rendered first: a failed render leaves no folder behind
+    files = png_files(report)
+    target.mkdir(exist_ok=True)  # after rendering: a failed render leaves no folder behind
     outs = Outputs()
     write_outputs({outs.add(target / name, "--out"): data for name, data in files.items()})
     return [str(target / name) for name in files]

@@ -344,7 +344,7 @@ _BOOT = r"""
       if(f.timeline){
         gs=groups(f.timeline);
         var m=f.layout.margin,w=Math.max(100,gd.clientWidth-m.l-m.r);
-        data=timelineTraces(gs,f.timeline.span/w);performance.mark('ts-shapes-'+f.id);}
+        data=timelineTraces(gs,f.timeline.span/w);}
       return Plotly.newPlot(gd,data,f.layout,f.config).then(function(){
         if(gs){hover(gd,f.timeline);
           gd.on('plotly_relayout',function(ev){if(ev&&('xaxis.range[0]' in ev||'xaxis.autorange' in ev)){
