@@ -102,18 +102,25 @@ def test_chakra_export_writes_every_file_or_none(tmp_path: Path) -> None:
                                                                    "g.comm_group.json"]
 
 
-def test_plot_without_matplotlib_fails_before_simulating(tmp_path: Path) -> None:
-    pytest.importorskip("trainsim")
+def test_plot_without_matplotlib_fails_before_simulating(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """matplotlib hidden (the test extra installs it): --plot and report --format png are refused in one line
+    before any row is simulated or any input read."""
     import importlib.util
 
-    if importlib.util.find_spec("matplotlib") is not None:
-        pytest.skip("matplotlib is installed here")
+    from cli_helpers import one_line_error
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     header = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length," \
              "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
     (tmp_path / "c.csv").write_text(header + "8,16,2,1024,16,4,512,2,4,1,120\n")
-    run = run_cli(["validate", "c.csv", "--plot", "p.png"], tmp_path)
-    check_promise(run)
-    assert run.returncode == 2 and "matplotlib" in run.stderr and "simulating" not in run.stdout
+    err = one_line_error(["validate", str(tmp_path / "c.csv"), "--plot", str(tmp_path / "p.png")], capsys)
+    assert "matplotlib" in err and "trainsim[plot]" in err
+    err = one_line_error(["report", str(tmp_path / "missing.json"), "--format", "png", "-o", str(tmp_path / "png")],
+                         capsys)
+    assert "matplotlib" in err and "trainsim[report]" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
 
 
 # ------------------------------------------------------------------ trainsim.files, in process
