@@ -260,6 +260,11 @@ def test_resimulated_json_that_moved_says_so(tmp_path: Path, small: tuple) -> No
     assert any("not the" in n for n in report.sections[0].notes)
     p.write_text(json.dumps(data))
     assert not build_report([load_input(str(p))], None, True, None).sections[0].notes
+    gone = {**data, "job": {**data["job"], "simulation": {"calibration": str(tmp_path / "gone.yaml")}}}
+    p.write_text(json.dumps(gone))  # a file the job names has gone: the numbers stay, the page says why
+    sec = build_report([load_input(str(p))], None, True, None).sections[0]
+    assert not any(isinstance(i, TimelinePlot) for i in sec.items)
+    assert len(sec.notes) == 1 and "No timeline" in sec.notes[0] and "gone.yaml" in sec.notes[0]
 
 
 def test_cli_refusals_write_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -57,10 +57,11 @@ def _simulation_json_section(inp: ReportInput) -> tuple[Section, dict[str, Any]]
         return simulation_section(data, None, source=inp.path), data
     try:
         job = parse_job(job_data)
-    except ConfigError as exc:
-        raise ConfigError(f"INPUT {inp.path}: job.{exc.field}", exc.problem, exc.fix) from None
-    with simulate_bar() as bar:
-        result = simulate(job, progress=bar)
+        with simulate_bar() as bar:
+            result = simulate(job, progress=bar)
+    except ConfigError as exc:  # a model or calibration file it names has gone: the file's numbers still stand
+        return simulation_section(data, None, source=inp.path, notes=[
+            f"No timeline: simulating this file's job again failed ({exc.one_line()})."]), data
     notes = []
     written = float(data["iteration_time_s"])
     if not math.isclose(result.iteration_time_s, written, rel_tol=SAME_RESULT_RTOL):

@@ -269,7 +269,7 @@ def simulation_section(data: dict[str, Any], result: SimulationResult | None, so
     mem = memory_per_stage_plot(data)
     if mem is not None:
         sec.items.append(mem)
-    if result is None:
+    if result is None and not data.get("job"):
         sec.notes.append("No timeline: this JSON has no `job` to simulate again (written by an older trainsim); "
                          "pass the job YAML instead.")
     sec.items.append(job_table(data))
