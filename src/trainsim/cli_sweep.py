@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import ConfigError
 from .files import Outputs, OutputTarget, Payload, json_text, write_outputs
+from .optimize.space import value_text
 
 Opt = typer.Option
 
@@ -265,18 +266,6 @@ def _sort_key(row: dict[str, Any]) -> tuple[int, float, float]:
     return (row.get("error") is not None, -(row.get("tokens_per_s") or 0.0), -(row.get("samples_per_s") or 0.0))
 
 
-def _cell(value: Any) -> str:  # noqa: ANN401
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, list):
-        return ",".join(_cell(v) for v in value)
-    return str(value)
-
-
 def print_sweep(rows: list[dict[str, Any]], varied: list[str], top: int | None, title: str) -> None:
     """The rows as a table, fastest first (errors last), `top` of them (None: all)."""
     from rich.console import Console
@@ -295,7 +284,7 @@ def print_sweep(rows: list[dict[str, Any]], varied: list[str], top: int | None, 
         table.add_column("error", overflow="fold", min_width=20)
     for r in shown:
         fits = None if r.get("fits") is None else ("yes" if r["fits"] else "OOM")
-        cells = [*(_cell(r.get(c)) for c in cols),
+        cells = [*(value_text(r.get(c)) for c in cols),
                  "-" if r.get("iteration_time_s") is None else f"{r['iteration_time_s']:.4g}",
                  "-" if r.get("tokens_per_s") is None else f"{r['tokens_per_s']:,.0f}",
                  "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}",

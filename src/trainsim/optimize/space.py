@@ -227,3 +227,16 @@ def _flags_text(row: dict[str, Any]) -> str:
     if row.get("overlap_param_gather"):
         parts.append("param-ovl")
     return " ".join(parts) or "-"
+
+
+def value_text(value: Any, none: str = "-") -> str:  # noqa: ANN401 - a job key's value
+    """A job key's value in a table cell: yes/no, %g floats, lists comma-joined, `none` for an unset key."""
+    if value is None:
+        return none
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return ",".join(value_text(v, none) for v in value)
+    return str(value)

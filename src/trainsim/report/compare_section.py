@@ -7,8 +7,7 @@ from typing import Any
 
 from ..sim.result import BREAKDOWN_KEYS
 from .figures import CATEGORY_COLORS, CATEGORY_LABELS, PALETTE, BarPlot, Section, Table
-
-GIB = 2**30
+from .simulation_section import GIB
 
 
 def _breakdown(data: dict[str, Any]) -> dict[str, float]:

@@ -7,18 +7,14 @@ import json
 from typing import Any
 
 from ..errors import ConfigError
-from ..optimize.space import strategy_text
+from ..optimize.search import throughput
+from ..optimize.space import strategy_text, value_text
 from .figures import PALETTE, BarPlot, HeatmapPlot, Section, Series, Table, XYPlot
 
 RESULT_COLUMNS = ("iteration_time_s", "tokens_per_s", "samples_per_s", "mfu", "hfu", "tflops_per_gpu",
                   "peak_memory_gib", "memory_headroom_gib", "fits", "dominant", "sim_wall_s", "key", "job", "error",
                   "grad_accumulation", "device", "n_gpus", "dp")
 TOP_ROWS = 20
-
-
-def throughput(row: dict[str, Any]) -> float:
-    """What a study ranks by: tokens/s, or samples/s for a model without a sequence."""
-    return float(row.get("tokens_per_s") or row.get("samples_per_s") or 0.0)
 
 
 def _unit(rows: list[dict[str, Any]]) -> str:
@@ -30,13 +26,7 @@ def _per_gpu(row: dict[str, Any]) -> float:
 
 
 def _value_text(v: Any) -> str:  # noqa: ANN401 - a JSON value
-    if v is None:
-        return "default"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
+    return value_text(v, none="default")  # an unset sweep key runs at its default
 
 
 def _sort_values(values: list[Any]) -> list[Any]:
