@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict[str, Any] | None = None,
              cluster: str | dict[str, Any] | None = None, strategy: dict[str, Any] | None = None,
              bandwidth_sharing: bool | None = None, progress: Callable[[str, int, int], None] | None = None,
-             **options: Any) -> SimulationResult:
+             timeline: bool = False, **options: Any) -> SimulationResult:
     """Predict one training iteration.
 
     Either pass a JobConfig / nested dict, or keywords: `simulate(model="llama3-70b", cluster="dgx-h100",
@@ -29,11 +29,14 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict
     `bandwidth_sharing` (any form) overrides simulation.bandwidth_sharing: False prices every call as
     if it ran alone, for an ablation. `progress(phase, done, total)`, if given, is called every few thousand
     tasks ('building graph', then 'simulating'); without it nothing is reported.
+    Many identical micro-batches are folded (trainsim.sim.periodic: the steady state is simulated until it
+    repeats exactly, the rest added), so `result.graph` / `result.trace` are None; `timeline=True` simulates
+    every micro-batch and keeps every task's times (same numbers, for a timeline or a trace export).
     """
     from .api import simulate as _simulate
 
     return _simulate(job, model=model, cluster=cluster, strategy=strategy, bandwidth_sharing=bandwidth_sharing,
-                     progress=progress, **options)
+                     progress=progress, timeline=timeline, **options)
 
 
 def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int | None = None,

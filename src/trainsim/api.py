@@ -17,7 +17,7 @@ from typing import Any
 
 import trainsim as _public
 
-from .compile.graph import WorkEstimate, build_graph, predict_tasks
+from .compile.graph import ExecutionGraph, WorkEstimate, build_graph, predict_tasks
 from .compile.program import Program, Stream, lower, stretch_compute
 from .config import (
     DEFAULT_JOB,
@@ -46,7 +46,15 @@ from .hardware.devices import get_device
 from .hardware.memory_systems import HierarchicalPool, MemorySystem
 from .hardware.topology import TOPOLOGY_PRESETS, cluster_from_topology, format_topology, resolve_topology
 from .limits import BYTES_PER_TASK, MAX_GPUS, MAX_PREDICTED_TASKS
-from .sim.engine import run
+from .sim.engine import SimTrace, run
+from .sim.periodic import (
+    Fold,
+    FoldedSummary,
+    find_fold,
+    fold_summary,
+    period_candidates,
+    reduced_micro_batches,
+)
 from .sim.result import (
     BREAKDOWN_KEYS,
     SimulationResult,
@@ -228,7 +236,7 @@ def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
 
 def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict[str, Any] | None = None,
              cluster: str | dict[str, Any] | None = None, strategy: dict[str, Any] | None = None,
-             bandwidth_sharing: bool | None = None, progress: ProgressFn | None = None,
+             bandwidth_sharing: bool | None = None, progress: ProgressFn | None = None, timeline: bool = False,
              **options: Any) -> SimulationResult:
     # docstring: trainsim.simulate's, assigned below (one text; help() shows it without importing this)
     wall0 = time.perf_counter()
@@ -259,7 +267,7 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict
         cl = _cluster(job)
     else:
         cl, spec, tree = job_tree(job)
-    return _run_tree(tree, cl, job.simulation, spec, wall0, progress, job.cluster.remote_memory)
+    return _run_tree(tree, cl, job.simulation, spec, wall0, progress, job.cluster.remote_memory, timeline=timeline)
 
 
 def resolved_job(job: JobConfig, result: SimulationResult) -> JobConfig:
@@ -577,22 +585,23 @@ def compute_response(job: JobConfig, costed: CostedProgram, chunk: int, iteratio
 
 def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
               wall0: float, progress: ProgressFn | None = None,
-              remote_memory: RemoteMemorySpec | None = None, costed: CostedProgram | None = None) -> SimulationResult:
+              remote_memory: RemoteMemorySpec | None = None, costed: CostedProgram | None = None,
+              timeline: bool = False) -> SimulationResult:
     """Compile, cost and simulate one strategy tree on a cluster (the one path every job takes);
     `remote_memory`: the pool behind offload remote (cluster.remote_memory); `costed`: the tree already
-    lowered and costed on `cl` with `sim` (simulate_costed)."""
+    lowered and costed on `cl` with `sim` (simulate_costed); `timeline`: keep every task's times."""
     if tree.mesh.world_size != cl.world_size:
         raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
     predicted = check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
     costed = costed or costed_program(tree, cl, sim, remote_memory)
-    result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress)
+    result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress, timeline)
     if sim.compute_model != "roofline":  # the roofline's times are the learned model's features
         from .learn.compute import correct_program
 
         correction = correct_program(sim.compute_model, costed.program, result.iteration_time_s, costed.peak_flops,
                                      cl.device.name, sim.learned_extrapolation)
-        result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress)
+        result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress, timeline)
         result.learned = correction.to_json()
         if correction.note:
             result.model_assumptions.append(correction.note)
@@ -600,9 +609,31 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
     return result
 
 
+def _folded_run(program: Program, build: dict[str, Any], engine: dict[str, Any]
+                ) -> tuple[tuple[ExecutionGraph, SimTrace, Fold, FoldedSummary] | None, str | None]:
+    """Simulate fewer identical micro-batches and add the repeating periods (sim.periodic); None (and why,
+    for verbose output) when the schedule does not repeat exactly or folding would save too little."""
+    mesh, sched = program.tree.mesh, program.tree.schedule
+    m = sched.n_micro_batch
+    for period in period_candidates(sched.kind, mesh.pp):
+        reduced = reduced_micro_batches(sched.kind, mesh.pp, sched.virtual_stages, m, period)
+        if reduced is None:
+            return None, None
+        graph = build_graph(program, **build, micro_batches=reduced)
+        trace = run(graph, **engine)
+        fold = find_fold(graph, trace, reduced, m, period)
+        summary = fold_summary(graph, trace, fold) if fold is not None else None
+        if fold is not None and summary is not None:
+            return (graph, trace, fold, summary), fold.describe()
+    return None, (f"simulated every one of the {m} micro-batches: a simulation of fewer did not settle into an "
+                  "exactly repeating steady state")
+
+
 def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
-                      costed: CostedProgram, predicted: int, progress: ProgressFn | None) -> SimulationResult:
-    """Build the execution graph of a costed program, run the event engine and read the result off it."""
+                      costed: CostedProgram, predicted: int, progress: ProgressFn | None,
+                      timeline: bool = False) -> SimulationResult:
+    """Build the execution graph of a costed program, run the event engine and read the result off it;
+    `timeline`: keep every task's times (result.graph / trace), so simulate every micro-batch."""
     mdl = tree.model
     program, precision, compute, flows = costed.program, costed.precision, costed.compute, costed.flows
     peak = costed.peak_flops
@@ -613,17 +644,27 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     statics = {r: static_memory(chs, precision) for r, chs in by_rank.items()}
     opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, compute) for r, chs in by_rank.items()}
     capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
-    graph = build_graph(program, exact=sim.exact, granularity=sim.granularity,
-                        optimizer_s=opt_s,
-                        static_bytes={r: s.total_bytes for r, s in statics.items()}, flows=flows,
-                        progress=(lambda k: progress("building graph", k, predicted)) if progress else None)
-    trace = run(graph, gamma=costed.gamma, p2p_host_sync=costed.p2p_host_sync, bandwidth_sharing=sharing,
-                progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
-    iteration = max(trace.end_s) if len(graph) else 0.0
+    build = {"exact": sim.exact, "granularity": sim.granularity, "optimizer_s": opt_s, "flows": flows,
+             "static_bytes": {r: s.total_bytes for r, s in statics.items()}}
+    engine = {"gamma": costed.gamma, "p2p_host_sync": costed.p2p_host_sync, "bandwidth_sharing": sharing}
+    folded, fold_note = (None, None) if timeline else _folded_run(program, build, engine)
+    if folded is not None:
+        graph, trace, fold, summary = folded
+        iteration, per_class = summary.iteration_s, summary.per_class
+        path_by_category, path_tasks, n_tasks = (summary.critical_path_by_category, summary.critical_path_length,
+                                                 summary.n_tasks)
+        path: list[int] = []
+    else:
+        graph = build_graph(program, **build,
+                            progress=(lambda k: progress("building graph", k, predicted)) if progress else None)
+        trace = run(graph, **engine, progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
+        iteration = max(trace.end_s) if len(graph) else 0.0
+        per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
+        path = critical_path(graph, trace)
+        path_by_category, path_tasks, n_tasks = time_by_category(graph, trace, path), len(path), len(graph)
     if not (math.isfinite(iteration) and iteration > 0):  # the field bounds should make this unreachable
         raise ConfigError("simulation", f"the predicted iteration time is {iteration!r} s, not a positive number",
                           "check the cluster's bandwidths and the model's sizes for extreme values")
-    per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
     weights = [rc.multiplicity for rc in graph.classes]
     total_w = sum(weights)
     breakdown = {k: sum(b[k] * w for b, w in zip(per_class, weights, strict=True)) / total_w for k in BREAKDOWN_KEYS}
@@ -636,7 +677,6 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     for r in sorted(statics):
         cls = [c for c, rc in enumerate(graph.classes) if rc.stage == r]
         stage_breakdown.append({k: sum(per_class[c][k] for c in cls) / len(cls) for k in BREAKDOWN_KEYS})
-    path = critical_path(graph, trace)
     strategy_echo = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep, "vpp": spec.vpp,
                      "sequence_parallel": spec.sequence_parallel, "zero": spec.zero,
                      "dp_replicate": spec.dp_replicate, "recompute": spec.recompute,
@@ -648,7 +688,8 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
         model_flops=program.model_flops_per_iteration, hw_flops=program.hw_flops_per_iteration,
         peak_tflops=peak / 1e12, breakdown=breakdown, breakdown_per_stage=stage_breakdown, memory=memory,
         critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
-        critical_path_by_category=time_by_category(graph, trace, path), n_tasks=len(graph), advice=_advice(memory, spec),
-        graph=graph, trace=trace, model_params=mdl.params, model_assumptions=list(mdl.assumptions),
+        critical_path_by_category=path_by_category, critical_path_tasks=path_tasks, n_tasks=n_tasks,
+        advice=_advice(memory, spec), graph=None if folded else graph, trace=None if folded else trace,
+        fold=fold_note, model_params=mdl.params, model_assumptions=list(mdl.assumptions),
         placement=[p.describe(cl.levels) for p in placement(tree.mesh, cl.levels)])
     return result

@@ -207,7 +207,7 @@ def simulate(
     from .report.summary import print_summary
 
     with simulate_bar() as bar:
-        result = run_simulation(job, progress=bar)
+        result = run_simulation(job, progress=bar, timeline=trace_target is not None or report_target is not None)
     payloads: dict[OutputTarget | None, Payload] = {}
     if json_target is not None:
         payloads[json_target] = json_text(simulation_json(job, result, searched), "--json")

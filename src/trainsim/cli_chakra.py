@@ -77,7 +77,7 @@ def export(
     from .api import simulate
     from .trace.chakra import write_chakra
 
-    result = simulate(job)
+    result = simulate(job, timeline=True)
     name = prefix or job.model.name
     from .console import progress_bar
 

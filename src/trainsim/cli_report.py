@@ -38,7 +38,7 @@ def _job_section(inp: ReportInput, quiet: bool) -> tuple[Section, dict[str, Any]
 
     job, searched, _ = resolve_job(inp.path, {}, quiet)
     with simulate_bar() as bar:
-        result = simulate(job, progress=bar)
+        result = simulate(job, progress=bar, timeline=True)
     data = simulation_json(job, result, searched)
     return simulation_section(data, result, source=inp.path), data
 
@@ -58,7 +58,7 @@ def _simulation_json_section(inp: ReportInput) -> tuple[Section, dict[str, Any]]
     try:
         job = parse_job(job_data)
         with simulate_bar() as bar:
-            result = simulate(job, progress=bar)
+            result = simulate(job, progress=bar, timeline=True)
     except ConfigError as exc:  # a model or calibration file it names has gone: the file's numbers still stand
         return simulation_section(data, None, source=inp.path, notes=[
             f"No timeline: simulating this file's job again failed ({exc.one_line()})."]), data

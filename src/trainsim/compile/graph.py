@@ -442,8 +442,12 @@ def predict_tasks(tree: StrategyTree, *, exact: bool = False, granularity: str =
 
 def build_graph(program: Program, *, exact: bool = False, granularity: str = "auto",
                 optimizer_s: dict[int, float] | None = None, static_bytes: dict[int, float] | None = None,
-                flows: FlowSource | None = None, progress: Callable[[int], None] | None = None) -> ExecutionGraph:
+                flows: FlowSource | None = None, progress: Callable[[int], None] | None = None,
+                micro_batches: int | None = None) -> ExecutionGraph:
     """Instantiate the costed templates along the pipeline schedule into one execution graph.
+
+    `micro_batches`: build the schedule for that many micro-batches instead of the tree's (sim.periodic
+    simulates fewer identical micro-batches and adds the periods it left out).
 
     `flows` (bandwidth sharing): fill `flow_latency_s` / `flow_demand` / `resources` from the cost
     layer's per-link work, so the engine shares links among concurrent tasks. `progress(tasks built)`
@@ -451,7 +455,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
     tree = program.tree
     mesh = tree.mesh
     sched = tree.schedule
-    pp, m, v = mesh.pp, sched.n_micro_batch, sched.virtual_stages
+    pp, v = mesh.pp, sched.virtual_stages
+    m = sched.n_micro_batch if micro_batches is None else micro_batches
     n_chunks = pp * v
     g = ExecutionGraph()
     per_stage = mesh.world_size // pp

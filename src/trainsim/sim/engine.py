@@ -45,6 +45,7 @@ class SimTrace:
     critical_pred: list[int]
     peak_dynamic_bytes: list[float]
     memory_timeline: list[list[tuple[float, float]]] = field(default_factory=list)
+    issue_s: list[float] = field(default_factory=list)  # when the host issued each task (nan: not host-issued)
 
 
 def _sync_points(graph: ExecutionGraph, n_classes: int) -> list[int]:
@@ -145,7 +146,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     use_host = any(h > 0 for h in host)
     host_path = graph.host_path_s
     host_free = [0.0] * n_classes  # when each class's host has issued everything so far
-    issue_of = [0.0] * n
+    issue_of = [math.nan] * n  # set for host-issued tasks only
     sync_on = _sync_points(graph, n_classes) if (use_host and p2p_host_sync) else [-1] * n
     heap: list[tuple[float, int, int, int]] = []
     seq = 0
@@ -352,4 +353,4 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
             f"graph cannot finish: task '{graph.name[stuck]}' never became ready "
             f"(waits on {[graph.name[d] for d in deps[stuck] if math.isnan(end[d])][:3]}); "
             "check for a cycle in control dependencies or collectives issued in different orders")
-    return SimTrace(start, end, pred, peak_mem, timeline)
+    return SimTrace(start, end, pred, peak_mem, timeline, issue_of)

@@ -56,6 +56,8 @@ class SimulationResult:
     placement: list[str] = field(default_factory=list)  # where each parallel axis lands on the topology
     model_assumptions: list[str] = field(default_factory=list)  # where the model approximates its source
     learned: dict[str, Any] | None = None  # the learned compute model's correction (learn.compute), if used
+    critical_path_tasks: int = 0  # the critical path's length in tasks (`critical_path` is empty when folded)
+    fold: str | None = None  # how the micro-batches were folded (sim.periodic), or why they were not
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
 
@@ -121,7 +123,7 @@ class SimulationResult:
             "breakdown": self.breakdown,
             "breakdown_per_stage": self.breakdown_per_stage,
             "critical_path_by_category": self.critical_path_by_category,
-            "critical_path_length": len(self.critical_path),
+            "critical_path_length": self.critical_path_tasks,
             "advice": self.advice,
             "simulation_wall_s": self.simulation_wall_s,
             "n_tasks": self.n_tasks,

@@ -1,0 +1,122 @@
+"""Micro-batch folding (sim.periodic): a folded simulation gives the full simulation's numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, reject, settings
+from hypothesis import strategies as st
+
+from trainsim.api import simulate
+from trainsim.errors import ConfigError
+from trainsim.sim.periodic import reduced_micro_batches
+
+TINY_MOE = {"name": "mixtral-8x7b", "layers": 4, "hidden": 256, "heads": 8, "ffn": 512, "vocab": 1000}
+
+
+def _numbers(result: Any) -> dict[str, Any]:  # noqa: ANN401
+    out = result.to_json()
+    out.pop("simulation_wall_s")
+    return out
+
+
+def _assert_same(full: Any, folded: Any, rel: float = 1e-9, path: str = "") -> None:  # noqa: ANN401
+    """Every number of the JSON within `rel` (relative; absolute for values near zero), everything else equal."""
+    if isinstance(full, dict):
+        assert full.keys() == folded.keys(), path
+        for k in full:
+            _assert_same(full[k], folded[k], rel, f"{path}.{k}")
+    elif isinstance(full, list):
+        assert len(full) == len(folded), path
+        for i, (a, b) in enumerate(zip(full, folded, strict=True)):
+            _assert_same(a, b, rel, f"{path}[{i}]")
+    elif isinstance(full, float) and not isinstance(full, bool):
+        assert folded == pytest.approx(full, rel=rel, abs=1e-12), path
+    else:
+        assert full == folded, path
+
+
+def _job(model: dict[str, Any], strategy: dict[str, Any], cluster: str = "dgx-a100",
+         **sim: Any) -> dict[str, Any]:  # noqa: ANN401
+    return {"model": model, "cluster": {"name": cluster}, "strategy": strategy, "simulation": sim}
+
+
+def test_default_like_pipeline_folds_to_the_full_answer() -> None:
+    """1F1B over 4 stages with 48 micro-batches: simulated on fewer, every number of the full run."""
+    job = _job({"name": "gpt2", "layers": 8, "seq_len": 256},
+               {"tp": 2, "pp": 4, "dp": 1, "micro_batch": 1, "global_batch": 48, "sequence_parallel": True})
+    folded, full = simulate(job), simulate(job, timeline=True)
+    assert folded.fold is not None and folded.fold.startswith("folded"), folded.fold
+    assert folded.graph is None and folded.trace is None
+    assert full.graph is not None and full.trace is not None and full.fold is None
+    assert folded.n_tasks == full.n_tasks == len(full.graph)
+    _assert_same(_numbers(full), _numbers(folded))
+
+
+def test_one_more_micro_batch_adds_one_period() -> None:
+    """In the steady state each extra micro-batch costs exactly the detected period."""
+    strategy = {"pp": 4, "dp": 2, "micro_batch": 1, "recompute": "selective"}
+    model = {"name": "gpt2", "layers": 8, "seq_len": 256}
+    a = simulate(_job(model, {**strategy, "global_batch": 2 * 40}))
+    b = simulate(_job(model, {**strategy, "global_batch": 2 * 41}))
+    assert a.fold and b.fold and a.fold.startswith("folded") and b.fold.startswith("folded")
+    period_ms = float(a.fold.split("(")[-1].split(" ms")[0])
+    assert (b.iteration_time_s - a.iteration_time_s) * 1e3 == pytest.approx(period_ms, rel=1e-3)
+
+
+def test_gpipe_and_few_micro_batches_are_simulated_in_full() -> None:
+    """GPipe holds every micro-batch's activations (memory grows with m): never folded; neither is a job
+    with too few micro-batches for folding to pay."""
+    assert reduced_micro_batches("gpipe", 4, 1, 400, 1) is None
+    assert reduced_micro_batches("dynamic", 4, 1, 400, 1) is None
+    assert reduced_micro_batches("1f1b", 4, 1, 20, 1) is None
+    m = reduced_micro_batches("1f1b", 4, 1, 400, 1)
+    assert m is not None and m < 400 and (400 - m) % 1 == 0
+    m = reduced_micro_batches("interleaved", 4, 2, 400, 4)
+    assert m is not None and m % 4 == 0 and (400 - m) % 4 == 0
+    r = simulate(_job({"name": "gpt2", "layers": 4, "seq_len": 128},
+                      {"pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 4 * 40, "schedule": "gpipe"}))
+    assert r.fold is None and r.graph is not None
+
+
+@st.composite
+def pipelined_jobs(draw: st.DrawFn) -> dict[str, Any]:
+    """An 8-GPU pipelined job with many micro-batches: 1F1B, interleaved or zero-bubble, TP with or without
+    SP, EP or CP, recompute, ZeRO, overlap flags and bandwidth sharing drawn too."""
+    cluster = draw(st.sampled_from(["dgx-a100", "dgx-h100", "dgx-v100", "pcie-a100"]))
+    kind = draw(st.sampled_from(["1f1b", "interleaved", "zb-h1", "ep", "cp"]))
+    model: dict[str, Any] = {"name": "gpt2", "layers": draw(st.sampled_from([4, 8])),
+                             "seq_len": draw(st.sampled_from([128, 512]))}
+    s: dict[str, Any] = {"pp": draw(st.sampled_from([2, 4])), "tp": draw(st.sampled_from([1, 2])), "cp": 1, "ep": 1}
+    if kind == "interleaved":
+        model["layers"] = 8
+        s.update(pp=2, vpp=2)
+    elif kind == "zb-h1":
+        s["schedule"] = "zb-h1"
+    elif kind == "ep":
+        model = {**TINY_MOE, "seq_len": model["seq_len"]}
+        s.update(pp=2, ep=2)
+    elif kind == "cp":
+        s.update(pp=2, cp=2)
+    s["sequence_parallel"] = s["tp"] > 1 and draw(st.booleans())
+    s["dp"] = 8 // (s["tp"] * s["pp"] * s["cp"])
+    if s["dp"] < 1:
+        reject()
+    s["micro_batch"] = draw(st.sampled_from([1, 2]))
+    s["global_batch"] = s["micro_batch"] * s["dp"] * draw(st.sampled_from([32, 44, 64]))
+    s["recompute"] = draw(st.sampled_from(["none", "selective", "full"]))
+    s["zero"] = draw(st.sampled_from([0, 1, 3]))
+    s["overlap_grad_reduce"] = draw(st.booleans())
+    return _job(model, s, cluster, bandwidth_sharing=draw(st.booleans()))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(pipelined_jobs())
+def test_folded_equals_full_on_random_pipelines(job: dict[str, Any]) -> None:
+    try:
+        full = simulate(job, timeline=True)
+    except ConfigError:
+        reject()  # a combination the job validation refuses (e.g. interleaving's micro-batch multiple)
+    folded = simulate(job)
+    _assert_same(_numbers(full), _numbers(folded))
