@@ -19,7 +19,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_default_job_is_gpt3_on_1024_a100_and_breakdown_adds_up() -> None:
-    r = simulate(default_job())
+    r = simulate(default_job(), timeline=True)  # every task kept: the critical path is listed
     assert r.n_gpus == 1024 and r.model == "gpt3-175b" and r.device == "a100-80gb"
     assert r.strategy["tp"] * r.strategy["pp"] * r.strategy["dp"] == 1024
     assert sum(r.breakdown.values()) == pytest.approx(r.iteration_time_s, rel=1e-9)

@@ -120,3 +120,15 @@ def test_folded_equals_full_on_random_pipelines(job: dict[str, Any]) -> None:
         reject()  # a combination the job validation refuses (e.g. interleaving's micro-batch multiple)
     folded = simulate(job)
     _assert_same(_numbers(full), _numbers(folded))
+
+
+def test_a_folded_run_reports_the_progress_of_what_it_simulates() -> None:
+    calls: list[tuple[str, int, int]] = []
+    job = _job({"name": "gpt2", "layers": 4, "seq_len": 128}, {"pp": 2, "dp": 4, "global_batch": 4 * 200})
+    r = simulate(job, progress=lambda *a: calls.append(a))
+    assert r.fold is not None and r.fold.startswith("folded")
+    phases = [c[0] for c in calls]
+    assert phases and phases == sorted(phases) and phases[0] == "building graph"
+    built = [(d, n) for p, d, n in calls if p == "building graph"]
+    assert len({n for _, n in built}) == 1 and built[-1][1] < r.n_tasks  # the reduced graph's share
+    assert [d for d, _ in built] == sorted(d for d, _ in built)

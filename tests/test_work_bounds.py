@@ -146,7 +146,7 @@ def test_task_prediction_tracks_the_built_graph(job: dict[str, Any]) -> None:
     """predict_tasks (layer and op counts only) is within a factor of 2 of the built graph's tasks, counted once
     per rank class taking part (len(graph) outside exact mode; measured: 0.9x to 1.25x)."""
     kw = {"cluster": "dgx-a100", "nodes": 1, **job}
-    r = api.simulate(**kw)
+    r = api.simulate(**kw, timeline=True)  # every task built (micro-batches not folded)
     tree = api.strategy_tree(api.job_from_keywords(kw.pop("model"), kw.pop("cluster"), kw.pop("strategy"), kw))
     est = predict_tasks(tree, exact=job.get("exact", False), granularity=job.get("granularity", "auto"))
     slots = sum(len(p) for p in r.graph.participants)
@@ -160,7 +160,7 @@ PROGRESS_JOB: dict[str, Any] = {"model": "gpt2", "cluster": "dgx-a100", "nodes":
 
 def test_progress_is_reported_only_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[tuple[str, int, int]] = []
-    r = api.simulate(**PROGRESS_JOB, progress=lambda *a: calls.append(a))
+    r = api.simulate(**PROGRESS_JOB, progress=lambda *a: calls.append(a), timeline=True)
     phases = [c[0] for c in calls]
     assert phases[0] == "building graph" and phases[-1] == "simulating"
     assert phases == sorted(phases)  # all building, then all simulating
@@ -179,7 +179,7 @@ def test_two_simulations_keep_their_own_progress() -> None:
     sizes = [0, 0]
 
     def work(i: int) -> None:
-        sizes[i] = len(api.simulate(**jobs[i], progress=lambda *a: seen[i].append(a)).graph)
+        sizes[i] = len(api.simulate(**jobs[i], progress=lambda *a: seen[i].append(a), timeline=True).graph)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
     for t in threads:
@@ -192,7 +192,7 @@ def test_two_simulations_keep_their_own_progress() -> None:
 
 
 def test_engine_reports_every_n_tasks() -> None:
-    r = api.simulate(model="gpt2", cluster="dgx-a100", nodes=1, strategy={"global_batch": 256})
+    r = api.simulate(model="gpt2", cluster="dgx-a100", nodes=1, strategy={"global_batch": 256}, timeline=True)
     calls: list[tuple[int, int]] = []
     run(r.graph, progress=lambda d, n: calls.append((d, n)), progress_every=10)
     n = len(r.graph)

@@ -609,18 +609,22 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
     return result
 
 
-def _folded_run(program: Program, build: dict[str, Any], engine: dict[str, Any]
+def _folded_run(program: Program, build: dict[str, Any], engine: dict[str, Any], predicted: int,
+                progress: ProgressFn | None
                 ) -> tuple[tuple[ExecutionGraph, SimTrace, Fold, FoldedSummary] | None, str | None]:
     """Simulate fewer identical micro-batches and add the repeating periods (sim.periodic); None (and why,
-    for verbose output) when the schedule does not repeat exactly or folding would save too little."""
+    for verbose output) when the schedule does not repeat exactly or folding would save too little.
+    `progress` sees the reduced graph: its tasks built (of `predicted` scaled down) and simulated."""
     mesh, sched = program.tree.mesh, program.tree.schedule
     m = sched.n_micro_batch
     for period in period_candidates(sched.kind, mesh.pp):
         reduced = reduced_micro_batches(sched.kind, mesh.pp, sched.virtual_stages, m, period)
         if reduced is None:
             return None, None
-        graph = build_graph(program, **build, micro_batches=reduced)
-        trace = run(graph, **engine)
+        share = max(1, predicted * reduced // m)
+        graph = build_graph(program, **build, micro_batches=reduced,
+                            progress=(lambda k, n=share: progress("building graph", k, n)) if progress else None)
+        trace = run(graph, **engine, progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
         fold = find_fold(graph, trace, reduced, m, period)
         summary = fold_summary(graph, trace, fold) if fold is not None else None
         if fold is not None and summary is not None:
@@ -647,7 +651,8 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     build = {"exact": sim.exact, "granularity": sim.granularity, "optimizer_s": opt_s, "flows": flows,
              "static_bytes": {r: s.total_bytes for r, s in statics.items()}}
     engine = {"gamma": costed.gamma, "p2p_host_sync": costed.p2p_host_sync, "bandwidth_sharing": sharing}
-    folded, fold_note = (None, None) if timeline else _folded_run(program, build, engine)
+    folded, fold_note = (None, None) if timeline else _folded_run(program, build, engine, predicted,
+                                                                          progress)
     if folded is not None:
         graph, trace, fold, summary = folded
         iteration, per_class = summary.iteration_s, summary.per_class
