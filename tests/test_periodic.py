@@ -68,13 +68,13 @@ def test_one_more_micro_batch_adds_one_period() -> None:
 def test_gpipe_and_few_micro_batches_are_simulated_in_full() -> None:
     """GPipe holds every micro-batch's activations (memory grows with m): never folded; neither is a job
     with too few micro-batches for folding to pay."""
-    assert reduced_micro_batches("gpipe", 4, 1, 400, 1) is None
-    assert reduced_micro_batches("dynamic", 4, 1, 400, 1) is None
-    assert reduced_micro_batches("1f1b", 4, 1, 20, 1) is None
-    m = reduced_micro_batches("1f1b", 4, 1, 400, 1)
-    assert m is not None and m < 400 and (400 - m) % 1 == 0
-    m = reduced_micro_batches("interleaved", 4, 2, 400, 4)
-    assert m is not None and m % 4 == 0 and (400 - m) % 4 == 0
+    assert reduced_micro_batches("gpipe", 4, 1, 400, 1) == []
+    assert reduced_micro_batches("dynamic", 4, 1, 400, 1) == []
+    assert reduced_micro_batches("1f1b", 4, 1, 20, 1) == []
+    assert reduced_micro_batches("1f1b", 4, 1, 400, 1) == [16, 32]  # 3 depths + 2 periods + 2, then twice that
+    assert reduced_micro_batches("1f1b", 4, 1, 30, 1) == [16]  # 32 would not save half the work
+    tries = reduced_micro_batches("interleaved", 4, 2, 400, 4)
+    assert tries and all(m % 4 == 0 and (400 - m) % 4 == 0 and m < 400 for m in tries)
     r = simulate(_job({"name": "gpt2", "layers": 4, "seq_len": 128},
                       {"pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 4 * 40, "schedule": "gpipe"}))
     assert r.fold is None and r.graph is not None

@@ -617,10 +617,11 @@ def _folded_run(program: Program, build: dict[str, Any], engine: dict[str, Any],
     `progress` sees the reduced graph: its tasks built (of `predicted` scaled down) and simulated."""
     mesh, sched = program.tree.mesh, program.tree.schedule
     m = sched.n_micro_batch
-    for period in period_candidates(sched.kind, mesh.pp):
-        reduced = reduced_micro_batches(sched.kind, mesh.pp, sched.virtual_stages, m, period)
-        if reduced is None:
-            return None, None
+    tries = [(period, reduced) for period in period_candidates(sched.kind, mesh.pp)
+             for reduced in reduced_micro_batches(sched.kind, mesh.pp, sched.virtual_stages, m, period)]
+    if not tries:
+        return None, None
+    for period, reduced in tries:
         share = max(1, predicted * reduced // m)
         graph = build_graph(program, **build, micro_batches=reduced,
                             progress=(lambda k, n=share: progress("building graph", k, n)) if progress else None)

@@ -258,25 +258,23 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     referenced = {d for s in steps if s.deps for d in s.deps}
     out: list[_Spec] = []
     remap: dict[int, int] = {}
+    first_label: list[str] = []  # each spec's first step's label (a fused spec is named "first .. last")
+    op_level, by_layer = granularity == "op", granularity != "auto"
+    prev: _Spec | None = None
     for i, s in enumerate(steps):
-        single = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
-                       max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
-                       s.host_s, max(s.duration_s, s.host_s), comm_op=s.collective or s.access,
-                       comm_bytes=s.size_bytes)
+        flow: dict[str, float] | None = None
+        flow_latency = 0.0
         if demand_of is not None:
             if i in fused_work:
-                single.flow = dict(fused_work[i])
+                flow = dict(fused_work[i])
             elif s.kind == "collective":
                 fitted = fit_demand(demand_of(s), s.duration_s)
                 if fitted is not None:
-                    single.flow_latency_s, single.flow = fitted[0], dict(fitted[1])
-        prev = out[-1] if out else None
-        can = (granularity != "op" and prev is not None and s.deps is None and s.stream in merge_streams
-               and prev.stream in merge_streams and (i - 1) not in referenced
-               and not (keep_anchors and prev.grad_bucket) and prev.kind != "p2p"
-               and (granularity == "auto" or steps[i - 1].layer == s.layer))
-        if can:
-            assert prev is not None
+                    flow_latency, flow = fitted[0], dict(fitted[1])
+        if (not op_level and prev is not None and s.deps is None and s.stream in merge_streams
+                and prev.stream in merge_streams and (i - 1) not in referenced
+                and not (keep_anchors and prev.grad_bucket) and prev.kind != "p2p"
+                and (not by_layer or steps[i - 1].layer == s.layer)):
             parts = prev.parts or {prev.category: prev.duration_s}
             for cat, sec in (s.parts or {s.category: s.duration_s}).items():
                 parts[cat] = parts.get(cat, 0.0) + sec
@@ -290,15 +288,20 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
             prev.index = i
             prev.kind = "compute"
             prev.stream = Stream.COMPUTE
-            prev.flow = _add_work(prev.flow, single.flow)
+            prev.flow = _add_work(prev.flow, flow)
             prev.flow_latency_s = 0.0
             prev.comm_op, prev.comm_bytes = "", 0.0
             prev.category = max(parts, key=lambda k: parts[k])
-            prev.label = prev.label.split(" .. ")[0] + " .. " + s.label
+            prev.label = first_label[-1] + " .. " + s.label
             remap[i] = len(out) - 1
         else:
             remap[i] = len(out)
-            out.append(single)
+            prev = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
+                         max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
+                         s.host_s, max(s.duration_s, s.host_s), flow_latency, flow, s.collective or s.access,
+                         s.size_bytes)
+            out.append(prev)
+            first_label.append(s.label)
     for sp in out:
         if sp.deps is not None:
             sp.deps = tuple(remap[d] for d in sp.deps)
@@ -565,6 +568,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         r = mesh.coords(rank)["pp"]
         order = dynamic[r] if dynamic is not None else schedule_order(sched.kind, pp, m, r, v,
                                                                           sched.max_ongoing_micro_batch)
+        sends: dict[tuple[int, str], tuple[float, float, int, Demand | None]] = {}  # this rank's, per chunk
         # the last backward item (B; zero bubble: B and W, each anchoring the gradient buckets it finishes)
         # of each chunk: its gradients are complete there
         last_item_of_chunk: dict[tuple[str, int], int] = {}
@@ -613,15 +617,17 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             first_last[(cid, c, ph, mb)] = (body[0], body[-1], first_compute)
             if ph != "F":
                 last_b[cid] = ids[-1]
-            send_bytes = ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes
             if (ph == "F" and c < n_chunks - 1) or (ph == "B" and c > 0):
-                dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
-                dst = mesh.rank({**mesh.coords(rank), "pp": ((c + 1) if ph == "F" else (c - 1)) % pp})
-                p2p[(cid, c, ph, mb)] = g.add(f"{ph}{mb} c{c} send {send_bytes / 1e6:.1f} MB", "p2p", Stream.P2P,
-                                              "pp", dur, (cid,), [body[-1]], mb, comm_op="send_recv",
-                                              comm_bytes=send_bytes, comm_ranks=(rank, dst))
-                if flows is not None:
-                    note_flow(p2p[(cid, c, ph, mb)], fit_demand(flows.send_demand(c, ph), dur))
+                if (c, ph) not in sends:  # what a chunk's send is does not depend on the micro-batch
+                    dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
+                    dst = mesh.rank({**mesh.coords(rank), "pp": ((c + 1) if ph == "F" else (c - 1)) % pp})
+                    sends[(c, ph)] = (dur, ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes, dst,
+                                      fit_demand(flows.send_demand(c, ph), dur) if flows is not None else None)
+                dur, send_bytes, dst, demand = sends[(c, ph)]
+                p2p[(cid, c, ph, mb)] = t = g.add(f"{ph}{mb} c{c} send {send_bytes / 1e6:.1f} MB", "p2p",
+                                                  Stream.P2P, "pp", dur, (cid,), [body[-1]], mb,
+                                                  comm_op="send_recv", comm_bytes=send_bytes, comm_ranks=(rank, dst))
+                note_flow(t, demand)
         if has_grad and not tree.overlap_grad_reduce:
             for vc in sorted({vc for _, vc in last_item_of_chunk}, reverse=True):
                 grad_sync(chunks[vc * pp + r], cid, rank, last_b[cid], None)

@@ -10,7 +10,8 @@ neighbourhood repeats exactly (start, end, issue time and the predecessor that r
 iteration of m micro-batches is the simulated one of m' < m with (m - m') / d copies of one period
 inserted in the middle, every later task Delta x copies later. That is what this module checks and uses:
 
-- `reduced_micro_batches`: how many micro-batches to simulate (a few pipeline depths, congruent to m mod d);
+- `reduced_micro_batches`: how many micro-batches to try simulating (a few pipeline depths, congruent to
+  m mod d);
 - `find_fold`: in that simulation, the longest run of micro-batches k whose tasks equal those of k - d
   shifted by one Delta (times within 1e-12 of the iteration; durations, releasing predecessors and
   memory per period exactly), its neighbourhood width H (in micro-batches, from dependencies, stream
@@ -83,23 +84,27 @@ class FoldedSummary:
 
 def period_candidates(kind: str, pp: int) -> tuple[int, ...]:
     """Micro-batch periods worth trying per schedule: Megatron's interleaving works in groups of pp."""
-    return (pp, 1) if kind == "interleaved" else (1,)
+    return (pp,) if kind == "interleaved" else (1,)
 
 
-def reduced_micro_batches(kind: str, pp: int, v: int, m: int, period: int) -> int | None:
-    """The micro-batches to simulate in place of m: four pipeline depths (warm-up, twice the neighbourhood,
-    cool-down) plus two periods, congruent to m modulo the period; None when that saves too little or the
-    schedule does not repeat (GPipe's activations grow with m; HTAE chooses its order at run time)."""
+def reduced_micro_batches(kind: str, pp: int, v: int, m: int, period: int) -> list[int]:
+    """The micro-batch counts to try simulating in place of m, smallest first: three pipeline depths (the
+    warm-up, then twice the neighbourhood) plus two periods, congruent to m modulo the period, and twice
+    that where it still saves half the work (a steady state that takes longer to settle, zero bubble's
+    postponed weight gradients say). Empty when folding saves too little or the schedule does not repeat
+    (GPipe's activations grow with m; HTAE chooses its order at run time)."""
     if kind not in ("1f1b", "interleaved", "zb-h1"):
-        return None
+        return []
     depth = pp * v
-    want = 4 * depth + 2 * period + 2
-    reduced = want + (m - want) % period
-    if kind == "interleaved" and reduced % pp:
-        return None
-    if reduced * MIN_SAVING > m:
-        return None
-    return reduced
+    tries = []
+    for want, saving in ((3 * depth + 2 * period + 2, MIN_SAVING), (6 * depth + 4 * period + 4, 2.0)):
+        reduced = want + (m - want) % period
+        if kind == "interleaved" and reduced % pp:
+            break
+        if reduced * saving > m:
+            break
+        tries.append(reduced)
+    return tries
 
 
 def _by_micro_batch(graph: ExecutionGraph, m: int) -> list[np.ndarray]:
