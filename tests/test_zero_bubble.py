@@ -351,7 +351,7 @@ def test_zb_h1_with_uneven_stages_and_from_yaml_keys() -> None:
 def test_zb_h1_task_prediction_tracks_the_built_graph(job: dict[str, object]) -> None:
     strategy = {**job.pop("strategy"), "schedule": "zb-h1"}  # type: ignore[dict-item]
     kw = {"cluster": "dgx-a100", "nodes": 1, **job}
-    r = api.simulate(model="gpt2", strategy=strategy, **kw)  # type: ignore[arg-type]
+    r = api.simulate(model="gpt2", strategy=strategy, timeline=True, **kw)  # type: ignore[arg-type]
     tree = api.strategy_tree(api.job_from_keywords("gpt2", "dgx-a100", strategy, {"nodes": 1, **job}))
     est = predict_tasks(tree, exact=bool(job.get("exact", False)), granularity=str(job.get("granularity", "auto")))
     slots = sum(len(p) for p in r.graph.participants)

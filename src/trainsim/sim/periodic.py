@@ -28,6 +28,7 @@ every period, contention that drifts) fails the check and the caller simulates e
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -38,9 +39,9 @@ from ..compile.program import Stream
 from .engine import SimTrace
 from .result import (
     BREAKDOWN_KEYS,
-    COMM_PRIORITY,
     class_breakdown,
     critical_path,
+    exposed_time,
     task_parts,
     time_by_category,
 )
@@ -221,36 +222,6 @@ def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, pe
     return Fold(m_reduced, m, period, delta, cut, h)
 
 
-def _sweep(graph: ExecutionGraph, trace: SimTrace, cls: int, lo: float, hi: float) -> dict[str, float]:
-    """Exposed communication by kind and bubble of one class over [lo, hi) (class_breakdown's sweep, the
-    compute parts left out: they are counted per task)."""
-    out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-    events: list[tuple[float, int, int, str]] = []
-    extra = sorted({s for c, s in graph.queues if c == cls and s >= len(Stream)})
-    for stream in [*Stream, *extra]:
-        for t in graph.queues.get((cls, stream), []):
-            s, e = max(trace.start_s[t], lo), min(trace.end_s[t], hi)
-            if e <= s:
-                continue
-            compute = stream == Stream.COMPUTE or (stream >= len(Stream) and graph.kind[t] == "compute")
-            label = "@compute" if compute else graph.category[t]
-            events.append((s, 1, 1, label))
-            events.append((e, 0, -1, label))
-    events.sort()
-    active: dict[str, int] = defaultdict(int)
-    prev = lo
-    for time, _, delta, label in events:
-        if time > prev:
-            if active["@compute"] <= 0:
-                kind = next((k for k in COMM_PRIORITY if active[k] > 0), None)
-                out[kind if kind is not None else "bubble"] += time - prev
-            prev = time
-        active[label] += delta
-    if hi > prev:
-        out["bubble"] += hi - prev
-    return out
-
-
 def fold_summary(graph: ExecutionGraph, trace: SimTrace, fold: Fold) -> FoldedSummary | None:
     """The full iteration's numbers from the reduced simulation (module docstring); None if the critical
     path does not pass through the repeating stretch as a repeating segment."""
@@ -262,7 +233,9 @@ def fold_summary(graph: ExecutionGraph, trace: SimTrace, fold: Fold) -> FoldedSu
     per_class = []
     for c in range(len(graph.classes)):
         base = class_breakdown(graph, trace, c, iteration_reduced)
-        period = _sweep(graph, trace, c, tau, tau + fold.period_s)
+        period = dict.fromkeys(BREAKDOWN_KEYS, 0.0)  # before the last backward: a gap is bubble, not idle
+        for k, v in exposed_time(graph, trace, c, tau, tau + fold.period_s, math.inf).items():
+            period[k] += v
         for t in period_tasks.tolist():
             if c not in graph.participants[t]:
                 continue

@@ -6,6 +6,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..compile.graph import ExecutionGraph
 from ..compile.program import Stream
 from .engine import SimTrace
@@ -143,45 +145,80 @@ class SimulationResult:
 def class_breakdown(graph: ExecutionGraph, trace: SimTrace, cls: int, horizon_s: float) -> dict[str, float]:
     """Split [0, horizon) of one class into compute parts, exposed comm by kind, bubble and idle."""
     out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-    events: list[tuple[float, int, int, str]] = []  # (time, order, +1/-1, label)
     last_bwd_end = 0.0
+    for t in class_tasks(graph, cls):
+        s, e = trace.start_s[t], trace.end_s[t]
+        if e > s and _is_compute(graph, t):
+            for k, v in _split(graph, t, e - s):
+                out[k if k in out else "compute"] += v
+            if graph.category[t] != "optimizer":
+                last_bwd_end = max(last_bwd_end, e)
+    for k, v in exposed_time(graph, trace, cls, 0.0, horizon_s, last_bwd_end).items():
+        out[k] += v
+    return out
+
+
+def class_tasks(graph: ExecutionGraph, cls: int) -> list[int]:
+    """Every task a class takes part in, stream by stream (the graph's streams, then a trace's own)."""
     extra = sorted({s for c, s in graph.queues if c == cls and s >= len(Stream)})
-    for stream in [*Stream, *extra]:
-        for t in graph.queues.get((cls, stream), []):
-            s, e = trace.start_s[t], trace.end_s[t]
-            if e <= s:
-                continue
-            if stream == Stream.COMPUTE or (stream >= len(Stream) and graph.kind[t] == "compute"):
-                for k, v in _split(graph, t, e - s):
-                    out[k if k in out else "compute"] += v
-                events.append((s, 1, 1, "@compute"))
-                events.append((e, 0, -1, "@compute"))
-                if graph.category[t] != "optimizer":
-                    last_bwd_end = max(last_bwd_end, e)
-            else:
-                cat = graph.category[t]
-                events.append((s, 1, 1, cat))
-                events.append((e, 0, -1, cat))
-    events.sort()
-    active: dict[str, int] = defaultdict(int)
-    prev = 0.0
-    for time, _, delta, label in events:
-        if time > prev:
-            span = time - prev
-            if active["@compute"] <= 0:
-                kind = next((k for k in COMM_PRIORITY if active[k] > 0), None)
-                if kind is not None:
-                    out[kind] += span
-                else:
-                    _idle(out, prev, time, last_bwd_end)
-            prev = time
-        active[label] += delta
-    if horizon_s > prev:
-        _idle(out, prev, horizon_s, last_bwd_end)
+    return [t for stream in [*Stream, *extra] for t in graph.queues.get((cls, stream), [])]
+
+
+def _is_compute(graph: ExecutionGraph, t: int) -> bool:
+    s = graph.stream[t]
+    return s == Stream.COMPUTE or (s >= len(Stream) and graph.kind[t] == "compute")
+
+
+_LABELS = ("@compute", *COMM_PRIORITY)  # sweep columns; a category outside them is ignored unless compute
+
+
+def exposed_time(graph: ExecutionGraph, trace: SimTrace, cls: int, lo: float, hi: float,
+                 last_bwd_end: float) -> dict[str, float]:
+    """Over [lo, hi) of one class, the time no compute runs: exposed communication by kind (the most
+    blocking first, COMM_PRIORITY) and, where nothing runs, bubble (before `last_bwd_end`) or idle after.
+    A sweep over the tasks' start and end events, in numpy (one column of active counts per kind)."""
+    out = dict.fromkeys(("bubble", "idle", *COMM_PRIORITY), 0.0)
+    tasks = class_tasks(graph, cls)
+    if not tasks:
+        _idle(out, lo, hi, last_bwd_end)
+        return out
+    start = np.clip(np.fromiter((trace.start_s[t] for t in tasks), float, len(tasks)), lo, hi)
+    end = np.clip(np.fromiter((trace.end_s[t] for t in tasks), float, len(tasks)), lo, hi)
+    column = {k: i for i, k in enumerate(_LABELS)}
+    label = np.fromiter((0 if _is_compute(graph, t) else column.get(graph.category[t], len(_LABELS))
+                         for t in tasks), np.int64, len(tasks))
+    keep = end > start
+    start, end, label = start[keep], end[keep], label[keep]
+    if not len(start):
+        _idle(out, lo, hi, last_bwd_end)
+        return out
+    times = np.concatenate([start, end])
+    order = np.argsort(times, kind="stable")
+    times = times[order]
+    counts = np.zeros((len(times), len(_LABELS) + 1))
+    counts[np.arange(len(times)), np.concatenate([label, label])[order]] = np.concatenate(
+        [np.ones(len(start)), -np.ones(len(end))])[order]
+    active = np.cumsum(counts, axis=0)[:-1] > 0.5  # what runs between event i and event i + 1
+    a, b = times[:-1], times[1:]
+    span = b - a
+    free = ~active[:, 0] & (span > 0)
+    comm = active[:, 1:len(_LABELS)]
+    busy = comm.any(axis=1)
+    first = np.argmax(comm, axis=1)
+    for i, kind in enumerate(COMM_PRIORITY):
+        out[kind] = float(span[free & busy & (first == i)].sum())
+    gaps = free & ~busy
+    cut = np.minimum(np.maximum(last_bwd_end, a[gaps]), b[gaps])
+    out["bubble"] = float((cut - a[gaps]).sum())
+    out["idle"] = float((b[gaps] - cut).sum())
+    _idle(out, lo, float(times[0]), last_bwd_end)
+    _idle(out, float(times[-1]), hi, last_bwd_end)
     return out
 
 
 def _idle(out: dict[str, float], a: float, b: float, last_bwd_end: float) -> None:
+    if b <= a:
+        return
     cut = min(max(last_bwd_end, a), b)
     out["bubble"] += cut - a
     out["idle"] += b - cut
@@ -223,8 +260,10 @@ def _split(graph: ExecutionGraph, t: int, span_s: float) -> list[tuple[str, floa
     if not parts:
         return [(graph.category[t], span_s)]
     total = sum(parts.values()) or 1.0
+    if span_s <= total:
+        return [(k, span_s * v / total) for k, v in parts.items()]
     paced = sum(v for k, v in parts.items() if k in _HOST_PACED)
-    if span_s <= total or paced <= 0:
+    if paced <= 0:
         return [(k, span_s * v / total) for k, v in parts.items()]
     host_wait = min(span_s, max(total, graph.host_path_s[t])) - total
     rest = span_s - total - host_wait
