@@ -56,6 +56,7 @@ class SimulationResult:
     placement: list[str] = field(default_factory=list)  # where each parallel axis lands on the topology
     model_assumptions: list[str] = field(default_factory=list)  # where the model approximates its source
     learned: dict[str, Any] | None = None  # the learned compute model's correction (learn.compute), if used
+    fidelity: str = "event"  # event (the engine's schedule: graph and trace) | analytic (sim.analytic, neither)
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
 
