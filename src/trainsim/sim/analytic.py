@@ -293,14 +293,14 @@ def evaluate(b: StageBatch) -> Estimate:
     pf = np.maximum(b.pp.astype(float), 1.0)
     f_sum, b_sum, w_sum = (np.where(mask, x, 0.0).sum(1) for x in (free_f, free_b, free_w))
     mean_min = np.minimum(np.minimum(f_sum, b_sum), w_sum) / pf
-    zb_t = m * c_max + total - fb_slow - (np.minimum(m, b.pp) - 1) * mean_min
+    zb_t = m * c_max + total - w_t.sum(axis=1) - fb_slow - (np.minimum(m, b.pp) - 1) * mean_min
     t_pipe = np.select([b.schedule == 1, b.schedule == 2, b.schedule == 3], [gpipe, inter, zb_t], t_pipe)
     bw, w = np.where(mask, b_t, 0.0), w_t
     # each stage's last backward: the last micro-batch's backward reaches stage 0 last
     b_down = np.where(mask, bw / v[:, None] + np.where(sync, b.send_bwd_s, 0.0), 0.0)
     before = np.cumsum(b_down, axis=1) - b_down
     is_zb = sched == 3
-    w_after = np.minimum(stage, mm) * w  # ZB-H1: rank r runs r postponed W's after its last B
+    w_after = np.minimum(stage + 1, mm) * w  # ZB-H1: rank r runs its last r + 1 W's after its last B
     end = np.where(is_zb, t_pipe[:, None] - w[:, :1] - before + w_after, t_pipe[:, None] - before)
     end = np.where(mask, end, 0.0)
     # gradient reduction after the last backward (overlapped: what the backward did not hide)
