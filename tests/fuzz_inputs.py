@@ -56,6 +56,7 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--vocab": INTS, "--attention": _choice(["flash", "unfused"]),
     "--dtype": _choice(["auto", "bf16", "fp16", "fp8", "fp32", "tf32", "int3"]), "--gamma": FLOATS,
     "--exact": None, "--no-bandwidth-sharing": None, "--granularity": _choice(["auto", "layer", "op"]),
+    "--fidelity": _choice(["event", "analytic"]),
 }
 COLLECTIVE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--op": _choice(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
@@ -136,7 +137,7 @@ YAML_KEYS = {
     "cluster": ["name", "nodes", "gpu", "gpus_per_node", "nic_gbps", "topology", "bandwidth_gbps", "bogus"],
     "strategy": ["tp", "pp", "dp", "zero", "fsdp", "recompute", "schedule", "micro_batch", "global_batch", "tree",
                  "sequence_parallel", "bogus"],
-    "simulation": ["dtype", "gamma", "exact", "granularity", "calibration", "comm_model", "bogus"],
+    "simulation": ["dtype", "gamma", "exact", "granularity", "fidelity", "calibration", "comm_model", "bogus"],
 }
 YAML_SCALARS = st.one_of(st.sampled_from([True, False, None, 0, 1, 2, 8, -1, 10**12, 1.5, float("nan"),
                                           float("inf"), "gpt2", "pcie-titanxp", "dgx-a100", "", "x", "bf16", "full",

@@ -593,15 +593,17 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
     if tree.mesh.world_size != cl.world_size:
         raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
-    predicted = check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
+    analytic = sim.fidelity == "analytic"  # closed form: no graph, so no task limit
+    predicted = 0 if analytic else check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
     costed = costed or costed_program(tree, cl, sim, remote_memory)
-    result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress, timeline)
+    run_program = _analytic_program if analytic else _simulate_program
+    result = run_program(tree, cl, sim, spec, costed, predicted, progress, timeline)
     if sim.compute_model != "roofline":  # the roofline's times are the learned model's features
         from .learn.compute import correct_program
 
         correction = correct_program(sim.compute_model, costed.program, result.iteration_time_s, costed.peak_flops,
                                      cl.device.name, sim.learned_extrapolation)
-        result = _simulate_program(tree, cl, sim, spec, costed, predicted, progress, timeline)
+        result = run_program(tree, cl, sim, spec, costed, predicted, progress, timeline)
         result.learned = correction.to_json()
         if correction.note:
             result.model_assumptions.append(correction.note)
@@ -699,3 +701,49 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
         fold=fold_note, model_params=mdl.params, model_assumptions=list(mdl.assumptions),
         placement=[p.describe(cl.levels) for p in placement(tree.mesh, cl.levels)])
     return result
+
+
+def _analytic_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
+                      costed: CostedProgram, predicted: int, progress: ProgressFn | None,
+                      timeline: bool = False) -> SimulationResult:
+    """The analytic tier (simulation.fidelity analytic, sim.analytic): the costed program's iteration, breakdown
+    and peak memory in closed form, with the event simulation's statics and optimizer step; no graph, no
+    timeline, no critical path. (`predicted`, `progress` and `timeline` are the event path's: unused here.)"""
+    from .sim.analytic import evaluate, program_batch
+
+    program, precision = costed.program, costed.precision
+    by_rank: dict[int, list] = defaultdict(list)
+    for ch in program.chunks:
+        by_rank[ch.pp_rank].append(ch)
+    statics = {r: static_memory(chs, precision) for r, chs in by_rank.items()}
+    opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, costed.compute)
+             for r, chs in by_rank.items()}
+    est = evaluate(program_batch(program, opt_s, {r: s.total_bytes for r, s in statics.items()}, costed.gamma,
+                                 costed.p2p_host_sync))
+    iteration = float(est.iteration_s[0])
+    if not (math.isfinite(iteration) and iteration > 0):
+        raise ConfigError("simulation", f"the predicted iteration time is {iteration!r} s, not a positive number",
+                          "check the cluster's bandwidths and the model's sizes for extreme values")
+    capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
+    ranks = sorted(statics)
+    per_stage = [{k: float(est.breakdown_s[0, r, i]) for i, k in enumerate(BREAKDOWN_KEYS)} for r in ranks]
+    breakdown = {k: sum(b[k] for b in per_stage) / len(per_stage) for k in BREAKDOWN_KEYS}
+    memory = [StageMemory(r, statics[r].total_bytes, float(est.dynamic_bytes[0, r]),
+                          statics[r].total_bytes + float(est.dynamic_bytes[0, r]), capacity) for r in ranks]
+    mdl = tree.model
+    strategy_echo = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep, "vpp": spec.vpp,
+                     "sequence_parallel": spec.sequence_parallel, "zero": spec.zero,
+                     "dp_replicate": spec.dp_replicate, "recompute": spec.recompute,
+                     "schedule": tree.schedule.kind, "micro_batch": spec.micro_batch, "global_batch": spec.global_batch,
+                     "grad_accumulation": tree.schedule.n_micro_batch, "dtype": precision.compute_dtype}
+    return SimulationResult(
+        model=mdl.name, cluster=cl.name, device=cl.device.name, n_gpus=cl.world_size, strategy=strategy_echo,
+        iteration_time_s=iteration, global_batch=spec.global_batch, tokens_per_sample=mdl.seq_len,
+        model_flops=program.model_flops_per_iteration, hw_flops=program.hw_flops_per_iteration,
+        peak_tflops=costed.peak_flops / 1e12, breakdown=breakdown, breakdown_per_stage=per_stage, memory=memory,
+        critical_path=[], critical_path_by_category={}, n_tasks=0, advice=_advice(memory, spec),
+        model_params=mdl.params, fidelity="analytic",
+        model_assumptions=[*mdl.assumptions, "analytic tier (simulation.fidelity analytic): the costed per-layer "
+                           "templates composed in closed form (pipeline formula, exposed communication after "
+                           "overlap, optimizer step); no link sharing, no timeline or critical path"],
+        placement=[p.describe(cl.levels) for p in placement(tree.mesh, cl.levels)])

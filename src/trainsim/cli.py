@@ -145,6 +145,9 @@ def simulate(
     bandwidth_sharing: Annotated[bool | None, Opt("--bandwidth-sharing/--no-bandwidth-sharing",
                                                   help="concurrent communication shares links (max-min fair)")] = None,
     granularity: Annotated[str | None, Opt(help="auto | layer | op (task granularity)")] = None,
+    fidelity: Annotated[str | None, Opt(help="event (default: the discrete-event simulation, timeline and critical "
+                                           "path) | analytic (closed form from the same costs: sub-ms, no "
+                                           "timeline)")] = None,
     calibration: Annotated[str | None, Opt(help="calibration YAML from `trainsim calibrate`")] = None,
     json_out: Annotated[str | None, Opt("--json", help="write the result summary as JSON (- for stdout)")] = None,
     trace: Annotated[str | None, Opt(help="write a Chrome/Perfetto trace JSON")] = None,
@@ -193,7 +196,7 @@ def simulate(
                      "p2p_scatter_gather": p2p_scatter_gather,
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
-                       "calibration": calibration, "comm_model": comm_model,
+                       "fidelity": fidelity, "calibration": calibration, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing, "semantics": semantics,
                        "compute_model": compute, "learned_extrapolation": learned_extrapolation,
                        "astra_system": astra_system},
@@ -206,6 +209,9 @@ def simulate(
     from .report.chrome_trace import chrome_trace_json
     from .report.summary import print_summary
 
+    if trace_target is not None and job.simulation.fidelity == "analytic":
+        raise ConfigError("--trace", "the analytic tier has no timeline to write",
+                          "drop --trace, or simulate with --fidelity event")
     with simulate_bar() as bar:
         result = run_simulation(job, progress=bar, timeline=trace_target is not None or report_target is not None)
     payloads: dict[OutputTarget | None, Payload] = {}

@@ -280,6 +280,10 @@ class SimulationSpec(_Strict):
                                "learned:FILE (a stage-latency model from `trainsim predictor train`, trainsim[learn])")
     learned_extrapolation: bool = Field(False, description="with a learned compute model: also correct stages "
                                         "outside the ranges it was trained on (default: those keep the roofline)")
+    fidelity: Literal["event", "analytic"] = Field(
+        "event", description="event: the discrete-event simulation of every task (timeline, critical path); "
+        "analytic: the same per-layer costs in closed form (pipeline formula, exposed communication; "
+        "sub-millisecond, no timeline), for ranking many strategies")
 
     @model_validator(mode="after")
     def _scheduler_needs_analytical(self) -> SimulationSpec:

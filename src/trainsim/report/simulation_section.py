@@ -269,7 +269,12 @@ def simulation_section(data: dict[str, Any], result: SimulationResult | None, so
     mem = memory_per_stage_plot(data)
     if mem is not None:
         sec.items.append(mem)
-    if result is None and not data.get("job"):
+    fidelity = ((data.get("job") or {}).get("simulation") or {}).get("fidelity")
+    if (result is not None and result.fidelity == "analytic") or (result is None and fidelity == "analytic"):
+        sec.notes.append("No timeline: the analytic tier (simulation.fidelity analytic) composes the costs in "
+                         "closed form without playing the schedule; simulate with --fidelity event for the "
+                         "timeline, memory over time and critical path.")
+    elif result is None and not data.get("job"):
         sec.notes.append("No timeline: this JSON has no `job` to simulate again (written by an older trainsim); "
                          "pass the job YAML instead.")
     sec.items.append(job_table(data))

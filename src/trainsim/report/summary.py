@@ -111,6 +111,9 @@ def print_summary(r: SimulationResult, console: Console | None = None, job: str 
             continue
         b.add_row(LABELS[k], f"{v:.4f}", f"{100 * v / r.iteration_time_s:.1f} %", f"{cp:.4f}" if cp else "")
     con.print(b)
-    con.print(f"simulated {r.n_tasks} tasks in {r.simulation_wall_s:.3f} s of wall time")
+    if r.fidelity == "analytic":
+        con.print(f"analytic tier (closed form, no timeline) in {r.simulation_wall_s:.3f} s of wall time")
+    else:
+        con.print(f"simulated {r.n_tasks} tasks in {r.simulation_wall_s:.3f} s of wall time")
     if r.fold:  # micro-batches folded (sim.periodic), or why they were not
         con.print(f"[dim]{r.fold}[/dim]")

@@ -60,6 +60,7 @@ class SimulationResult:
     learned: dict[str, Any] | None = None  # the learned compute model's correction (learn.compute), if used
     critical_path_tasks: int = 0  # the critical path's length in tasks (`critical_path` is empty when folded)
     fold: str | None = None  # how the micro-batches were folded (sim.periodic), or why they were not
+    fidelity: str = "event"  # event (the engine's schedule: graph and trace) | analytic (sim.analytic, neither)
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
 
