@@ -636,20 +636,42 @@ def _folded_run(program: Program, build: dict[str, Any], engine: dict[str, Any],
                   "exactly repeating steady state")
 
 
+def _stage_terms(costed: CostedProgram, cl: Cluster) -> tuple[dict[int, Any], dict[int, float]]:
+    """Per pipeline rank: its static memory (cost.memory.static_memory) and its optimizer step's seconds."""
+    by_rank: dict[int, list] = defaultdict(list)
+    for ch in costed.program.chunks:
+        by_rank[ch.pp_rank].append(ch)
+    statics = {r: static_memory(chs, costed.precision) for r, chs in by_rank.items()}
+    opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, costed.compute)
+             for r, chs in by_rank.items()}
+    return statics, opt_s
+
+
+def _check_iteration(iteration: float) -> None:
+    if not (math.isfinite(iteration) and iteration > 0):  # the field bounds should make this unreachable
+        raise ConfigError("simulation", f"the predicted iteration time is {iteration!r} s, not a positive number",
+                          "check the cluster's bandwidths and the model's sizes for extreme values")
+
+
+def _strategy_echo(tree: StrategyTree, spec: ParallelSpec, precision: Precision) -> dict[str, Any]:
+    """The strategy as it ran (the result's `strategy`)."""
+    return {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep, "vpp": spec.vpp,
+            "sequence_parallel": spec.sequence_parallel, "zero": spec.zero, "dp_replicate": spec.dp_replicate,
+            "recompute": spec.recompute, "schedule": tree.schedule.kind, "micro_batch": spec.micro_batch,
+            "global_batch": spec.global_batch, "grad_accumulation": tree.schedule.n_micro_batch,
+            "dtype": precision.compute_dtype}
+
+
 def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,
                       costed: CostedProgram, predicted: int, progress: ProgressFn | None,
                       timeline: bool = False) -> SimulationResult:
     """Build the execution graph of a costed program, run the event engine and read the result off it;
     `timeline`: keep every task's times (result.graph / trace), so simulate every micro-batch."""
     mdl = tree.model
-    program, precision, compute, flows = costed.program, costed.precision, costed.compute, costed.flows
+    program, precision, flows = costed.program, costed.precision, costed.flows
     peak = costed.peak_flops
     sharing = sim.bandwidth_sharing
-    by_rank: dict[int, list] = defaultdict(list)
-    for ch in program.chunks:
-        by_rank[ch.pp_rank].append(ch)
-    statics = {r: static_memory(chs, precision) for r, chs in by_rank.items()}
-    opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, compute) for r, chs in by_rank.items()}
+    statics, opt_s = _stage_terms(costed, cl)
     capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
     build = {"exact": sim.exact, "granularity": sim.granularity, "optimizer_s": opt_s, "flows": flows,
              "static_bytes": {r: s.total_bytes for r, s in statics.items()}}
@@ -670,9 +692,7 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
         per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
         path = critical_path(graph, trace)
         path_by_category, path_tasks, n_tasks = time_by_category(graph, trace, path), len(path), len(graph)
-    if not (math.isfinite(iteration) and iteration > 0):  # the field bounds should make this unreachable
-        raise ConfigError("simulation", f"the predicted iteration time is {iteration!r} s, not a positive number",
-                          "check the cluster's bandwidths and the model's sizes for extreme values")
+    _check_iteration(iteration)
     weights = [rc.multiplicity for rc in graph.classes]
     total_w = sum(weights)
     breakdown = {k: sum(b[k] * w for b, w in zip(per_class, weights, strict=True)) / total_w for k in BREAKDOWN_KEYS}
@@ -685,16 +705,11 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     for r in sorted(statics):
         cls = [c for c, rc in enumerate(graph.classes) if rc.stage == r]
         stage_breakdown.append({k: sum(per_class[c][k] for c in cls) / len(cls) for k in BREAKDOWN_KEYS})
-    strategy_echo = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep, "vpp": spec.vpp,
-                     "sequence_parallel": spec.sequence_parallel, "zero": spec.zero,
-                     "dp_replicate": spec.dp_replicate, "recompute": spec.recompute,
-                     "schedule": tree.schedule.kind, "micro_batch": spec.micro_batch, "global_batch": spec.global_batch,
-                     "grad_accumulation": tree.schedule.n_micro_batch, "dtype": precision.compute_dtype}
     result = SimulationResult(
-        model=mdl.name, cluster=cl.name, device=cl.device.name, n_gpus=cl.world_size, strategy=strategy_echo,
-        iteration_time_s=iteration, global_batch=spec.global_batch, tokens_per_sample=mdl.seq_len,
-        model_flops=program.model_flops_per_iteration, hw_flops=program.hw_flops_per_iteration,
-        peak_tflops=peak / 1e12, breakdown=breakdown, breakdown_per_stage=stage_breakdown, memory=memory,
+        model=mdl.name, cluster=cl.name, device=cl.device.name, n_gpus=cl.world_size,
+        strategy=_strategy_echo(tree, spec, precision), iteration_time_s=iteration, global_batch=spec.global_batch,
+        tokens_per_sample=mdl.seq_len, model_flops=program.model_flops_per_iteration,
+        hw_flops=program.hw_flops_per_iteration, peak_tflops=peak / 1e12, breakdown=breakdown, breakdown_per_stage=stage_breakdown, memory=memory,
         critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
         critical_path_by_category=path_by_category, critical_path_tasks=path_tasks, n_tasks=n_tasks,
         advice=_advice(memory, spec), graph=None if folded else graph, trace=None if folded else trace,
@@ -712,18 +727,11 @@ def _analytic_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     from .sim.analytic import evaluate, program_batch
 
     program, precision = costed.program, costed.precision
-    by_rank: dict[int, list] = defaultdict(list)
-    for ch in program.chunks:
-        by_rank[ch.pp_rank].append(ch)
-    statics = {r: static_memory(chs, precision) for r, chs in by_rank.items()}
-    opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, costed.compute)
-             for r, chs in by_rank.items()}
+    statics, opt_s = _stage_terms(costed, cl)
     est = evaluate(program_batch(program, opt_s, {r: s.total_bytes for r, s in statics.items()}, costed.gamma,
                                  costed.p2p_host_sync))
     iteration = float(est.iteration_s[0])
-    if not (math.isfinite(iteration) and iteration > 0):
-        raise ConfigError("simulation", f"the predicted iteration time is {iteration!r} s, not a positive number",
-                          "check the cluster's bandwidths and the model's sizes for extreme values")
+    _check_iteration(iteration)
     capacity = cl.device.hbm_bytes - RUNTIME_RESERVED_BYTES
     ranks = sorted(statics)
     per_stage = [{k: float(est.breakdown_s[0, r, i]) for i, k in enumerate(BREAKDOWN_KEYS)} for r in ranks]
@@ -731,16 +739,11 @@ def _analytic_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     memory = [StageMemory(r, statics[r].total_bytes, float(est.dynamic_bytes[0, r]),
                           statics[r].total_bytes + float(est.dynamic_bytes[0, r]), capacity) for r in ranks]
     mdl = tree.model
-    strategy_echo = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp, "cp": spec.cp, "ep": spec.ep, "vpp": spec.vpp,
-                     "sequence_parallel": spec.sequence_parallel, "zero": spec.zero,
-                     "dp_replicate": spec.dp_replicate, "recompute": spec.recompute,
-                     "schedule": tree.schedule.kind, "micro_batch": spec.micro_batch, "global_batch": spec.global_batch,
-                     "grad_accumulation": tree.schedule.n_micro_batch, "dtype": precision.compute_dtype}
     return SimulationResult(
-        model=mdl.name, cluster=cl.name, device=cl.device.name, n_gpus=cl.world_size, strategy=strategy_echo,
-        iteration_time_s=iteration, global_batch=spec.global_batch, tokens_per_sample=mdl.seq_len,
-        model_flops=program.model_flops_per_iteration, hw_flops=program.hw_flops_per_iteration,
-        peak_tflops=costed.peak_flops / 1e12, breakdown=breakdown, breakdown_per_stage=per_stage, memory=memory,
+        model=mdl.name, cluster=cl.name, device=cl.device.name, n_gpus=cl.world_size,
+        strategy=_strategy_echo(tree, spec, precision), iteration_time_s=iteration, global_batch=spec.global_batch,
+        tokens_per_sample=mdl.seq_len, model_flops=program.model_flops_per_iteration,
+        hw_flops=program.hw_flops_per_iteration, peak_tflops=costed.peak_flops / 1e12, breakdown=breakdown, breakdown_per_stage=per_stage, memory=memory,
         critical_path=[], critical_path_by_category={}, n_tasks=0, advice=_advice(memory, spec),
         model_params=mdl.params, fidelity="analytic",
         model_assumptions=[*mdl.assumptions, "analytic tier (simulation.fidelity analytic): the costed per-layer "
