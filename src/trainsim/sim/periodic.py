@@ -6,7 +6,8 @@ exactly what micro-batch k did, Delta seconds later, on every stream of every ra
 deterministic and each task's times depend only on a bounded neighbourhood (its dependencies, its
 predecessors on its streams and the host that issues it, and the tasks running beside it, which share
 its links and its overlap slowdown): so once a stretch of micro-batches wider than twice that
-neighbourhood repeats exactly (start, end, issue time and the predecessor that released each task), an
+neighbourhood repeats exactly (start, end and the predecessor that released each task; the host's issue
+time too, or the host runs further ahead every period and never holds a task up after the cut), an
 iteration of m micro-batches is the simulated one of m' < m with (m - m') / d copies of one period
 inserted in the middle, every later task Delta x copies later. That is what this module checks and uses:
 
@@ -173,13 +174,17 @@ def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, pe
     net = np.asarray(graph.mem_net_bytes)
     # pairs (k - period, k) for the micro-batches with the common task count (not the first and the last)
     shifts: list[float | None] = [None] * m_reduced
+    lockstep = True  # the host issues every period exactly Delta later too (else it runs further ahead)
     for k in range(1 + period, m_reduced - 1):
         a, b = groups[k - period], groups[k]
         delta = start[b[0]] - start[a[0]]
         if not (np.all(np.abs(start[b] - start[a] - delta) <= tol) and np.all(np.abs(end[b] - end[a] - delta) <= tol)
-                and np.array_equal(issued[a], issued[b]) and np.array_equal(dur[a], dur[b])
-                and np.all(np.abs(issue[b][issued[b]] - issue[a][issued[a]] - delta) <= tol)):
+                and np.array_equal(issued[a], issued[b]) and np.array_equal(dur[a], dur[b])):
             continue
+        host_step = issue[b][issued[b]] - issue[a][issued[a]]
+        if np.any(host_step > delta + tol):  # the host falls behind the GPU: it would bind more every period
+            continue
+        lockstep &= bool(np.all(np.abs(host_step - delta) <= tol))
         pa, pb = pred[a], pred[b]
         has = pa >= 0
         if not np.array_equal(has, pb >= 0):
@@ -213,6 +218,8 @@ def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, pe
     assert delta is not None
     if delta <= 0:
         return None
+    if not lockstep and not _host_never_binds(graph, trace, np.flatnonzero((mb >= cut) | (mb < 0)), tol):
+        return None
     period_tasks = np.concatenate(groups[cut:cut + period])
     for c in range(len(graph.classes)):  # a period frees what it allocates: memory does not drift
         own = [t for t in period_tasks.tolist() if c in graph.participants[t]]
@@ -220,6 +227,23 @@ def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, pe
         if abs(total) > 1e-9 * max(float(np.abs(net[own]).sum()) if own else 0.0, 1.0):
             return None
     return Fold(m_reduced, m, period, delta, cut, h)
+
+
+def _host_never_binds(graph: ExecutionGraph, trace: SimTrace, tasks: np.ndarray, tol: float) -> bool:
+    """No host-issued task among `tasks` waited for its issue: it started after it, and (compute) ended after
+    its issue plus host path, (a collective) its launch did not delay it. A host that runs further ahead every
+    period then changes nothing after the inserted periods either: those tasks' times do not depend on it."""
+    issue = np.asarray(trace.issue_s)[tasks]
+    issued = ~np.isnan(issue)
+    t = tasks[issued]
+    issue = issue[issued]
+    start = np.asarray(trace.start_s)[t]
+    end = np.asarray(trace.end_s)[t]
+    path = np.asarray(graph.host_path_s)[t]
+    dur = np.asarray(graph.duration_s)[t]
+    compute = np.asarray(graph.stream)[t] == Stream.COMPUTE
+    done = np.where(compute, issue + path < end - tol, issue + path <= start + dur + tol)
+    return bool(np.all((issue < start - tol) & done))
 
 
 def fold_summary(graph: ExecutionGraph, trace: SimTrace, fold: Fold) -> FoldedSummary | None:
