@@ -11,6 +11,7 @@ With bandwidth sharing on, two more things happen (Proteus section VI-C):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..hardware.cluster import Cluster
 from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
-from ..workload.ir import OpKind
+from ..workload.ir import Op, OpKind, OpValues
 from .comm import CommModel, port_key
 from .compute import ComputeModel
 from .offload import gather_group_system
@@ -103,19 +104,56 @@ def pair_concurrency(mesh: DeviceMesh, stage: int, other: int, group: tuple[int,
     return _groups_per_node(ranks, np.concatenate([ids, ids]), group, gpus_per_node)
 
 
+class _CostCache:
+    """Compute costs of one annotate call, keyed by op value (Op.key), local shape and phase: the repeated
+    layers of a model (distinct Op objects, equal values) are priced once. `enabled` off: no caching."""
+
+    def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool) -> None:
+        self.compute, self.device, self.dtype, self.enabled = compute, device, dtype, enabled
+        self._ops = OpValues()  # the program keeps its ops alive for the call
+        self._times: dict[tuple, float] = {}
+        self._hosts: dict[tuple, float] = {}
+
+    def _key(self, op: Op, local: Mapping[str, float] | None, phase: str) -> tuple:
+        return self._ops(op), None if local is None else tuple(sorted(local.items())), phase
+
+    def op_time(self, op: Op, local: Mapping[str, float], phase: str) -> float:
+        """`compute.op_time` (a recompute is priced as the forward it repeats)."""
+        if not self.enabled:
+            return self.compute.op_time(op, local, phase, self.device, self.dtype)
+        key = self._key(op, local, "fwd" if phase == "recompute" else phase)
+        t = self._times.get(key)
+        if t is None:
+            t = self._times[key] = self.compute.op_time(op, local, phase, self.device, self.dtype)
+        return t
+
+    def host_time(self, op: Op, phase: str, local: Mapping[str, float] | None) -> float:
+        """`compute.host_time`."""
+        if not self.enabled:
+            return self.compute.host_time(op, phase, local)
+        key = self._key(op, local, phase)
+        t = self._hosts.get(key)
+        if t is None:
+            t = self._hosts[key] = self.compute.host_time(op, phase, local)
+        return t
+
+
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,
              collective_host_s: float = 0.0, *, sharing: bool = False, exact: bool = False,
-             memory: MemorySystem | None = None) -> FlowBook | None:
+             memory: MemorySystem | None = None, cache: bool = True) -> FlowBook | None:
     """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once).
 
     `sharing`: price calls with their static concurrency (symmetric mode only: with `exact` every
     rank is its own class and the engine shares links among the groups' separate tasks) and return
     a FlowBook of per-resource work when the comm model can give it (`demand`), else None.
-    `memory` prices memory steps (offload loads/stores, compile.offload)."""
+    `memory` prices memory steps (offload loads/stores, compile.offload). `cache`: price each distinct
+    (op value, local shape, phase), collective and memory access once (off: every step anew, the reference;
+    the cost models are pure functions of those, so the numbers are the same)."""
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
-    cache: dict[tuple, float] = {}
+    costs = _CostCache(compute, device, dtype, cache)
+    cache_d: dict[tuple, float] = {}
     groups: dict[tuple, tuple[int, ...]] = {}
     gpn = cluster.gpus_per_node
     demand_of = getattr(comm, "demand", None) if sharing else None
@@ -147,32 +185,31 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     def cost(step: Step, stage_rank: int) -> float:
         if step.kind == "compute":
             assert step.op is not None and step.local is not None
-            key = (id(step.op), tuple(sorted(step.local.items())), step.phase if step.phase != "recompute" else "fwd")
-            if key not in cache:
-                cache[key] = compute.op_time(step.op, step.local, step.phase, device, dtype)
-            return cache[key]
+            return costs.op_time(step.op, step.local, step.phase)
+        if not cache:
+            cache_d.clear()  # the reference path: every access and collective priced anew
         if step.kind == "memory":
             if memory is None:
                 raise ValueError(f"step '{step.label}' is a memory access but no memory system was given; "
                                  "pass memory= to annotate (cost.offload.offload_memory_system)")
             key = ("memory", step.access, step.size_bytes, step.in_switch, step.axes)
-            if key not in cache:
+            if key not in cache_d:
                 # an in-switch access gathers / reduce-scatters over its ZeRO-3 group (`axes`) in the pool
                 system = gather_group_system(memory, mesh.group_size(step.axes)) if step.in_switch else memory
-                cache[key] = system.time_s(MemoryAccess(step.access, step.size_bytes, "remote", step.in_switch))
-            return cache[key]
+                cache_d[key] = system.time_s(MemoryAccess(step.access, step.size_bytes, "remote", step.in_switch))
+            return cache_d[key]
         key = (step.collective, step.size_bytes, step.axes, stage_rank)
-        if key not in cache:
+        if key not in cache_d:
             gkey = ("group", step.axes, stage_rank)
             if gkey not in groups:
                 groups[gkey] = tuple(mesh.group_ranks(step.axes, stage_rank))
             stage = stage_of(stage_rank)
             conc = concurrency(("axes", step.axes, stage),
                                lambda: axes_concurrency(mesh, step.axes, stage, groups[gkey], gpn))
-            cache[key], dem = call(step.collective, step.size_bytes, groups[gkey], conc)
+            cache_d[key], dem = call(step.collective, step.size_bytes, groups[gkey], conc)
             if book is not None and dem is not None:
                 book.steps[key] = dem
-        return cache[key]
+        return cache_d[key]
 
     n = len(program.chunks)
     for ch in program.chunks:
@@ -180,7 +217,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
         for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
             s.duration_s = cost(s, stage_rank)
             if s.kind == "compute" and s.op is not None:
-                s.host_s = compute.host_time(s.op, s.phase, s.local)
+                s.host_s = costs.host_time(s.op, s.phase, s.local)
             elif s.kind == "collective" and s.axes:
                 # issuing a collective costs framework time plus the launch skew of its members,
                 # which grows with the group like a tree of waits (log2 of the group size)
