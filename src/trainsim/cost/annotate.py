@@ -105,37 +105,30 @@ def pair_concurrency(mesh: DeviceMesh, stage: int, other: int, group: tuple[int,
 
 
 class _CostCache:
-    """Compute costs of one annotate call, keyed by op value (Op.key), local shape and phase: the repeated
+    """Compute costs of one annotate call, keyed by op value (OpValues id), local shape and phase: the repeated
     layers of a model (distinct Op objects, equal values) are priced once. `enabled` off: no caching."""
 
     def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool) -> None:
         self.compute, self.device, self.dtype, self.enabled = compute, device, dtype, enabled
         self._ops = OpValues()  # the program keeps its ops alive for the call
-        self._times: dict[tuple, float] = {}
-        self._hosts: dict[tuple, float] = {}
+        self._times: dict[tuple, tuple[float, float]] = {}
 
-    def _key(self, op: Op, local: Mapping[str, float] | None, phase: str) -> tuple:
-        return self._ops(op), None if local is None else tuple(sorted(local.items())), phase
-
-    def op_time(self, op: Op, local: Mapping[str, float], phase: str) -> float:
-        """`compute.op_time` (a recompute is priced as the forward it repeats)."""
+    def step(self, step: Step) -> tuple[float, float]:
+        """(duration_s, host_s) of a compute step: `compute.op_time` (a recompute priced as the forward it
+        repeats) and `compute.host_time`."""
+        op, local, phase = step.op, step.local, step.phase
+        assert op is not None and local is not None
         if not self.enabled:
-            return self.compute.op_time(op, local, phase, self.device, self.dtype)
-        key = self._key(op, local, "fwd" if phase == "recompute" else phase)
-        t = self._times.get(key)
-        if t is None:
-            t = self._times[key] = self.compute.op_time(op, local, phase, self.device, self.dtype)
-        return t
+            return self._price(op, local, phase)
+        key = (self._ops(op), tuple(sorted(local.items())), phase)
+        hit = self._times.get(key)
+        if hit is None:
+            hit = self._times[key] = self._price(op, local, phase)
+        return hit
 
-    def host_time(self, op: Op, phase: str, local: Mapping[str, float] | None) -> float:
-        """`compute.host_time`."""
-        if not self.enabled:
-            return self.compute.host_time(op, phase, local)
-        key = self._key(op, local, phase)
-        t = self._hosts.get(key)
-        if t is None:
-            t = self._hosts[key] = self.compute.host_time(op, phase, local)
-        return t
+    def _price(self, op: Op, local: Mapping[str, float], phase: str) -> tuple[float, float]:
+        time_s = self.compute.op_time(op, local, "fwd" if phase == "recompute" else phase, self.device, self.dtype)
+        return time_s, self.compute.host_time(op, phase, local)
 
 
 class _CommPricer:
@@ -253,9 +246,6 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     pair_time = pricer.pair
 
     def cost(step: Step, stage_rank: int) -> float:
-        if step.kind == "compute":
-            assert step.op is not None and step.local is not None
-            return costs.op_time(step.op, step.local, step.phase)
         if step.kind == "memory":
             return pricer.memory_access(step)
         return pricer.collective(step, stage_rank)
@@ -264,10 +254,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     for ch in program.chunks:
         stage_rank = mesh.rank({"pp": ch.pp_rank})
         for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
+            if s.kind == "compute":
+                s.duration_s, s.host_s = costs.step(s)
+                continue
             s.duration_s = cost(s, stage_rank)
-            if s.kind == "compute" and s.op is not None:
-                s.host_s = costs.host_time(s.op, s.phase, s.local)
-            elif s.kind == "collective" and s.axes:
+            if s.kind == "collective" and s.axes:
                 # issuing a collective costs framework time plus the launch skew of its members,
                 # which grows with the group like a tree of waits (log2 of the group size)
                 n = mesh.group_size(s.axes)

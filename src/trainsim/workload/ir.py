@@ -111,11 +111,13 @@ class Op:
         alike, so caches of one lowering or costing share their work (compile.program, cost.annotate)."""
         values = [getattr(self, f) for f in _OP_FIELDS]
         values[_OP_DIMS] = tuple(self.dims.items())
+        values[_OP_SAVED] = tuple(tuple(vars(t).values()) for t in self.saved)  # plain tuples hash fast
         return tuple(values)
 
 
 _OP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Op))
 _OP_DIMS = _OP_FIELDS.index("dims")
+_OP_SAVED = _OP_FIELDS.index("saved")
 
 
 class OpValues:
