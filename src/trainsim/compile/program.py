@@ -5,18 +5,26 @@ backward: compute steps per op on its local shard, the resharding collectives th
 recompute steps, memory allocation at production and release at last use. Micro-batches and
 ranks of a stage are identical, so each template is built once and instantiated by the graph
 builder (symmetry first).
+
+Layers repeat (a transformer's blocks are identical): what one layer lowers to (its forward, backward and
+recompute steps with their resharding collectives, its stored states and gradient buckets) is built once per
+distinct (layer kind and op shapes, leaf configs, recompute, incoming layouts) and copied, renamed, for every
+layer that shares it (`_Templates`). Each copy gets its own Step objects, so the later in-place edits of a
+step (zero-3 and offload dependencies, durations, fusion) stay with that step.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TypeVar
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import Precision
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyTree
-from ..workload.ir import CONTRACTION_KINDS, Layer, Op
+from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpValues
 from .layout import (
     Layout,
     input_grad_layout,
@@ -119,6 +127,137 @@ def stretch_compute(chunk: ChunkProgram, factor: float) -> None:
         s.host_s *= factor
 
 
+def clone_step(step: Step) -> Step:
+    """A shallow copy of a step with its own `local` (a Step's fields are scalars, tuples and frozen ops; the
+    dicts are copied so that no edit of one copy reaches another). Faster than copy.copy: lowering clones
+    every step of every repeated layer."""
+    new = object.__new__(Step)
+    new.__dict__.update(step.__dict__)
+    if step.local is not None:
+        new.local = dict(step.local)
+    if step.parts is not None:
+        new.parts = dict(step.parts)
+    return new
+
+
+Tensor = tuple[Layout, float]
+"""A tensor crossing a layer boundary: its layout and bytes per rank."""
+
+R = TypeVar("R")
+
+
+def _leaf_value(leaf: LeafConfig) -> tuple:
+    """A hashable value of the resolved configs lowering reads from a leaf: op splits, weight memory configs
+    (every field a Split), states of dimensionless parameters (every field a tuple of axes), saved storage."""
+    return (tuple((k, tuple(v.items())) for k, v in leaf.ops.items()),
+            tuple((k, tuple(tuple(s.items()) for s in vars(w).values())) for k, w in leaf.weights.items()),
+            tuple((k, tuple(vars(c).values())) for k, c in leaf.extras.items()),
+            tuple((k, tuple(v.items())) for k, v in leaf.saved.items()))
+
+
+def _tensor_key(tensor: Tensor | None) -> tuple | None:
+    if tensor is None:
+        return None
+    layout, size = tensor
+    return layout.dims, tuple(layout.split.items()), layout.partial, size
+
+
+@dataclass
+class _Template:
+    """The steps one layer lowered to, kept pristine (copies), with what the lowering returned."""
+
+    layer: str
+    start: int  # index of the first step in the list it was appended to (deps are indices of that list)
+    steps: list[Step]
+    op_pos: list[int]  # per step: the position of its op in the layer (-1: none)
+    result: object
+
+
+@dataclass(frozen=True)
+class _StatePlan:
+    """A layer's stored states and gradient collectives on one rank (`_Lowerer.grad_sync`), per op in order:
+    (parameters, gradients, optimizer-state parameters stored, tied-embedding gradient bytes or None)."""
+
+    states: tuple[tuple[float, float, float, float | None], ...]
+    buckets: tuple[tuple[str, tuple[str, ...], float], ...]  # (collective, axes, bytes)
+    post: tuple[tuple[tuple[str, ...], float], ...]  # ZeRO-1/2 parameter all-gathers: (axes, bytes)
+
+
+class _Templates:
+    """Per-lowering cache of layer templates and of the layer / leaf keys they are looked up by.
+
+    Keys are values (Op.key of every op, the leaf's resolved configs, the incoming layouts and bytes), so
+    two layers share a template only when lowering them would compute the same thing; everything else a
+    lowering reads (mesh, precision, schedule, offload) is fixed for one lowerer. Objects are keyed by id
+    only while the tree that owns them is alive (the whole lowering)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.layers: dict[tuple, _Template] = {}
+        self.values: dict[tuple, object] = {}
+        self._ops = OpValues()
+        self._layer_keys: dict[int, tuple] = {}
+        self._leaf_keys: dict[int, int] = {}
+        self._leaf_values: dict[tuple, int] = {}
+
+    def layer_key(self, layer: Layer) -> tuple:
+        """The layer's kind, tied op and op values (as OpValues ids)."""
+        k = self._layer_keys.get(id(layer))
+        if k is None:
+            k = self._layer_keys[id(layer)] = (layer.kind, layer.tied_op, tuple(map(self._ops, layer.ops)))
+        return k
+
+    def leaf_key(self, leaf: LeafConfig) -> int:
+        """An id of the configs lowering reads, equal for equal configs (resolved: call after tree.resolve)."""
+        k = self._leaf_keys.get(id(leaf))
+        if k is None:
+            k = self._leaf_keys[id(leaf)] = self._leaf_values.setdefault(_leaf_value(leaf), len(self._leaf_values))
+        return k
+
+    def value(self, key: tuple, build: Callable[[], R]) -> R:
+        """A pure per-layer value (state plan, ZeRO-3 gather), computed once per key."""
+        if not self.enabled:
+            return build()
+        if key not in self.values:
+            self.values[key] = build()
+        return self.values[key]  # type: ignore[return-value]
+
+    def steps(self, key: tuple, layer: Layer, steps: list[Step], build: Callable[[], R]) -> R:
+        """Run `build` (which appends the layer's steps to `steps`) once per key; later layers with the key
+        get the template's steps cloned: renamed to the layer, ops mapped to its own, deps shifted."""
+        if not self.enabled:
+            return build()
+        t = self.layers.get(key)
+        if t is None:
+            start = len(steps)
+            result = build()
+            pos = {id(op): i for i, op in enumerate(layer.ops)}
+            made = steps[start:]
+            assert all(s.layer == layer.name and s.label.startswith(layer.name) for s in made)
+            self.layers[key] = _Template(layer.name, start, [clone_step(s) for s in made],
+                                         [pos[id(s.op)] if s.op is not None else -1 for s in made], result)
+            return result
+        _instantiate(t, layer, steps)
+        return t.result  # type: ignore[return-value]
+
+
+def _instantiate(t: _Template, layer: Layer, steps: list[Step]) -> None:
+    """Append a copy of template `t` for `layer` at the end of `steps`."""
+    name, cut, shift = layer.name, len(t.layer), len(steps) - t.start
+    ops = layer.ops
+    for src, pos in zip(t.steps, t.op_pos, strict=True):
+        s = clone_step(src)
+        s.label = name + src.label[cut:]
+        s.layer = name
+        if pos >= 0:
+            s.op = ops[pos]
+        if src.grad_bucket is not None:
+            s.grad_bucket = name
+        if src.deps:
+            s.deps = tuple(d + shift for d in src.deps)
+        steps.append(s)
+
+
 def _category(axes: tuple[str, ...], grad: bool) -> str:
     if grad:
         return "dp"
@@ -129,7 +268,10 @@ def _category(axes: tuple[str, ...], grad: bool) -> str:
 
 
 class _Lowerer:
-    def __init__(self, tree: StrategyTree, precision: Precision) -> None:
+    """Lowers one tree in one precision; `cache`: share the work of identical layers (off: every layer is
+    lowered from scratch, the reference the templates are tested against)."""
+
+    def __init__(self, tree: StrategyTree, precision: Precision, cache: bool = True) -> None:
         self.tree = tree
         self.mesh = tree.mesh
         self.prec = precision
@@ -141,6 +283,7 @@ class _Lowerer:
         # offload remote with in-switch collectives: the pool reduce-scatters the gradients of layers with sharded
         # weights while storing them, so their GPU reduce-scatter is not emitted (an HSDP replica all-reduce stays)
         self.in_switch = tree.offload_in_switch and tree.offload != "none"
+        self.templates = _Templates(cache)
 
     # -- helpers -------------------------------------------------------------------------------
     def _out_bytes(self, op: Op, split: Split) -> float:
@@ -184,10 +327,16 @@ class _Lowerer:
                     model_flops=model, hw_flops=hw, alloc_bytes=alloc, free_bytes=free)
 
     # -- forward ---------------------------------------------------------------------------------
-    def forward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, prev: tuple[Layout, float] | None,
-                      steps: list[Step], phase: str = "fwd", only_selective: bool = False
-                      ) -> tuple[Layout, float] | None:
+    def forward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, prev: Tensor | None,
+                      steps: list[Step], phase: str = "fwd", only_selective: bool = False) -> Tensor | None:
         """Append the layer's forward (or its recompute) and return the output layout and bytes."""
+        tp = self.templates
+        key = ("fwd", tp.layer_key(layer), tp.leaf_key(leaf), recompute, _tensor_key(prev), phase, only_selective)
+        return tp.steps(key, layer, steps,
+                        lambda: self._forward_layer(layer, leaf, recompute, prev, steps, phase, only_selective))
+
+    def _forward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, prev: Tensor | None,
+                       steps: list[Step], phase: str, only_selective: bool) -> Tensor | None:
         outs: dict[str, tuple[Layout, float]] = {}
         producer: dict[str, Op] = {}
         cur, cur_op = prev, None
@@ -225,8 +374,17 @@ class _Lowerer:
         return cur
 
     # -- backward --------------------------------------------------------------------------------
-    def backward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, grad: tuple[Layout, float] | None,
-                       prev: tuple[Layout, float] | None, steps: list[Step]) -> tuple[Layout, float] | None:
+    def backward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, grad: Tensor | None,
+                       prev: Tensor | None, steps: list[Step]) -> Tensor | None:
+        """Append the layer's backward (after its recompute) and return its input gradient's layout and bytes."""
+        tp = self.templates
+        # a step that waits on "the step before" has none at the start of the list (deps () instead)
+        key = ("bwd", tp.layer_key(layer), tp.leaf_key(leaf), recompute, _tensor_key(grad), _tensor_key(prev),
+               not steps)
+        return tp.steps(key, layer, steps, lambda: self._backward_layer(layer, leaf, recompute, grad, prev, steps))
+
+    def _backward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, grad: Tensor | None,
+                        prev: Tensor | None, steps: list[Step]) -> Tensor | None:
         if recompute in ("full", "selective"):
             self.forward_layer(layer, leaf, recompute, prev, steps, phase="recompute",
                                only_selective=recompute == "selective")
@@ -315,6 +473,27 @@ class _Lowerer:
         `tied_here`: the layer's tied weight is the one its tie target already holds on this rank
         (embedding and LM head on one stage), so it is stored and synchronised once, by the target.
         """
+        tp = self.templates
+        plan = tp.value(("sync", tp.layer_key(layer), tp.leaf_key(leaf), tied_here),
+                        lambda: self._state_plan(layer, leaf, tied_here))
+        for stored, grads, opt, embedding in plan.states:  # accumulated op by op, as the counts always were
+            chunk.params_local += stored
+            chunk.grads_local += grads
+            chunk.optimizer_params_local += opt
+            if embedding is not None:
+                chunk.embedding_grad_bytes += embedding
+        for kind, axes, size in plan.buckets:
+            chunk.grad_sync.append(Step(f"{layer.name}.grads:{kind}", "collective", Stream.GRAD, "dp", layer.name,
+                                        phase="grad", collective=kind, axes=axes, size_bytes=size,
+                                        grad_bucket=layer.name))
+        for axes, size in plan.post:
+            chunk.post_step.append(Step(f"{layer.name}.params:all_gather", "collective", Stream.GRAD, "dp",
+                                        layer.name, phase="optimizer", collective="all_gather", axes=axes,
+                                        size_bytes=size))
+
+    def _state_plan(self, layer: Layer, leaf: LeafConfig, tied_here: bool) -> _StatePlan:
+        """What `grad_sync` adds for one layer, as values (see there)."""
+        states: list[tuple[float, float, float, float | None]] = []
         buckets: dict[tuple[str, tuple[str, ...]], float] = {}
         post: dict[tuple[str, ...], float] = {}
         # in-switch collectives: the layer's gradient store (its whole shard, norms included) reduce-scatters in
@@ -345,11 +524,8 @@ class _Lowerer:
             if full_local <= 0:
                 continue
             stored, grads, opt = full_local * f_w, full_local * f_g, full_local * f_o
-            chunk.params_local += stored
-            chunk.grads_local += grads
-            chunk.optimizer_params_local += opt
-            if op.weight is not None and (layer.kind == "embedding" or op.name == layer.tied_op):
-                chunk.embedding_grad_bytes += n_weight * self.prec.grad_bytes
+            tied = op.weight is not None and (layer.kind == "embedding" or op.name == layer.tied_op)
+            states.append((stored, grads, opt, n_weight * self.prec.grad_bytes if tied else None))
             axes = tuple(a for a in axes if self.mesh.size(a) > 1)  # one bucket per real group
             if not axes:
                 continue
@@ -371,17 +547,15 @@ class _Lowerer:
             else:
                 key = ("all_reduce", axes)
                 buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
-        for (kind, axes), size in buckets.items():
-            chunk.grad_sync.append(Step(f"{layer.name}.grads:{kind}", "collective", Stream.GRAD, "dp", layer.name,
-                                        phase="grad", collective=kind, axes=axes, size_bytes=size,
-                                        grad_bucket=layer.name))
-        for axes, size in post.items():
-            chunk.post_step.append(Step(f"{layer.name}.params:all_gather", "collective", Stream.GRAD, "dp",
-                                        layer.name, phase="optimizer", collective="all_gather", axes=axes,
-                                        size_bytes=size))
+        return _StatePlan(tuple(states), tuple((kind, axes, size) for (kind, axes), size in buckets.items()),
+                          tuple(post.items()))
 
     def zero3_gather(self, layer: Layer, leaf: LeafConfig) -> tuple[float, tuple[str, ...]]:
         """Bytes per rank of a ZeRO-3 parameter all-gather for the layer (gathered size) and its axes."""
+        tp = self.templates
+        return tp.value(("gather", tp.layer_key(layer), tp.leaf_key(leaf)), lambda: self._zero3_gather(layer, leaf))
+
+    def _zero3_gather(self, layer: Layer, leaf: LeafConfig) -> tuple[float, tuple[str, ...]]:
         total, axes = 0.0, ()
         for op in layer.ops:
             if op.weight is None:
@@ -400,6 +574,11 @@ class _Lowerer:
         """Bytes per rank of the shards of the weights `zero3_gather` gathers: (all of them, those the layer's
         own offload load moves). They differ by a tied weight its tie target stores on this rank (`tied_here`:
         the LM head sharing the embedding's), which the layer does not store but still gathers."""
+        tp = self.templates
+        return tp.value(("stored", tp.layer_key(layer), tp.leaf_key(leaf), tied_here),
+                        lambda: self._zero3_stored(layer, leaf, tied_here))
+
+    def _zero3_stored(self, layer: Layer, leaf: LeafConfig, tied_here: bool) -> tuple[float, float]:
         total = own = 0.0
         for op in layer.ops:
             if op.weight is None:
@@ -478,9 +657,10 @@ def _scatter_over_tp(tensor: tuple[Layout, float], mesh: DeviceMesh) -> tuple[La
     return Layout(layout.dims, split, layout.partial), size / tp
 
 
-def lower(tree: StrategyTree, precision: Precision) -> Program:
-    """Compile model x strategy into per-chunk templates and per-iteration steps."""
-    lw = _Lowerer(tree, precision)
+def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Program:
+    """Compile model x strategy into per-chunk templates and per-iteration steps; `cache`: lower each distinct
+    layer once and copy it to the layers that repeat it (off: lower every layer anew; the same program)."""
+    lw = _Lowerer(tree, precision, cache)
     mesh = tree.mesh
     sched = tree.schedule
     n_chunks = mesh.pp * sched.virtual_stages

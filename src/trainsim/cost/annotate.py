@@ -11,6 +11,7 @@ With bandwidth sharing on, two more things happen (Proteus section VI-C):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..hardware.cluster import Cluster
 from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
-from ..workload.ir import OpKind
+from ..workload.ir import Op, OpKind, OpValues
 from .comm import CommModel, port_key
 from .compute import ComputeModel
 from .offload import gather_group_system
@@ -103,85 +104,161 @@ def pair_concurrency(mesh: DeviceMesh, stage: int, other: int, group: tuple[int,
     return _groups_per_node(ranks, np.concatenate([ids, ids]), group, gpus_per_node)
 
 
+class _CostCache:
+    """Compute costs of one annotate call, keyed by op value (OpValues id), local shape and phase: the repeated
+    layers of a model (distinct Op objects, equal values) are priced once. `enabled` off: no caching."""
+
+    def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool) -> None:
+        self.compute, self.device, self.dtype, self.enabled = compute, device, dtype, enabled
+        self._ops = OpValues()  # the program keeps its ops alive for the call
+        self._times: dict[tuple, tuple[float, float]] = {}
+
+    def step(self, step: Step) -> tuple[float, float]:
+        """(duration_s, host_s) of a compute step: `compute.op_time` (a recompute priced as the forward it
+        repeats) and `compute.host_time`."""
+        op, local, phase = step.op, step.local, step.phase
+        assert op is not None and local is not None
+        if not self.enabled:
+            return self._price(op, local, phase)
+        key = (self._ops(op), tuple(sorted(local.items())), phase)
+        hit = self._times.get(key)
+        if hit is None:
+            hit = self._times[key] = self._price(op, local, phase)
+        return hit
+
+    def _price(self, op: Op, local: Mapping[str, float], phase: str) -> tuple[float, float]:
+        time_s = self.compute.op_time(op, local, "fwd" if phase == "recompute" else phase, self.device, self.dtype)
+        return time_s, self.compute.host_time(op, phase, local)
+
+
+class _CommPricer:
+    """Collective, pair and memory costs of one annotate call, with the FlowBook it fills.
+
+    With `cache`, each distinct call is priced once: (collective, bytes, axes, stage) as always, and, for a comm
+    model whose prices depend on ranks only through their node-relative layout (`node_shift_invariant`), every
+    stage's copy of a call over the same group shape shares one price. Static concurrency is counted once per
+    axes (or stage distance of a pair) when stages are whole nodes, since shifting a stage by whole nodes
+    leaves every count the same. `cache` off: everything is priced anew (the reference)."""
+
+    def __init__(self, mesh: DeviceMesh, cluster: Cluster, comm: CommModel, memory: MemorySystem | None, *,
+                 sharing: bool, exact: bool, cache: bool) -> None:
+        self.mesh, self.comm, self.memory = mesh, comm, memory
+        self.sharing, self.exact, self.cache = sharing, exact, cache
+        self.gpn = cluster.gpus_per_node
+        self.world_size = cluster.world_size
+        self.demand_of = getattr(comm, "demand", None) if sharing else None
+        self.book = FlowBook(self.gpn, _block_gpus(cluster)) if self.demand_of is not None else None
+        self.shift_invariant = cache and bool(getattr(comm, "node_shift_invariant", False))
+        self.aligned = cache and (mesh.world_size // mesh.pp) % self.gpn == 0  # stages of whole nodes
+        self._times: dict[tuple, float] = {}
+        self._groups: dict[tuple, tuple[int, ...]] = {}
+        self._conc: dict[tuple, int] = {}
+        self._priced: dict[tuple, tuple[float, Demand | None]] = {}
+
+    def stage_of(self, rank: int) -> int:
+        return self.mesh.coords(rank)["pp"]
+
+    def concurrency(self, key: tuple, count: Callable[[], int]) -> int:
+        if not self.sharing or self.exact:
+            return 1
+        if not self.cache:
+            return count()
+        if key not in self._conc:
+            self._conc[key] = count()
+        return self._conc[key]
+
+    def call(self, collective: str, size: float, group: tuple[int, ...], conc: int) -> tuple[float, Demand | None]:
+        """(seconds, demand) of one call; shared by groups that are node shifts of each other where the comm
+        model allows (each caller gets its own copy of the demand's work)."""
+        if not self.shift_invariant or min(group) < 0 or max(group) >= self.world_size:
+            return self._price(collective, size, group, conc)
+        base = min(group) // self.gpn * self.gpn
+        key = (collective, size, tuple(r - base for r in group), conc)
+        hit = self._priced.get(key)
+        if hit is None:
+            hit = self._priced[key] = self._price(collective, size, group, conc)
+        t, dem = hit
+        return t, None if dem is None else (dem[0], dict(dem[1]))
+
+    def _price(self, collective: str, size: float, group: tuple[int, ...], conc: int) -> tuple[float, Demand | None]:
+        t = self.comm.time(collective, size, group, conc)
+        if self.demand_of is None:
+            return t, None
+        return t, self.demand_of(collective, size, group, conc)
+
+    def pair(self, collective: str, size: float, a: int, b: int) -> tuple[float, Demand | None]:
+        """A call between rank `a` and its peer `b` of another stage (pipeline send, tied-embedding sum)."""
+        sa, sb = self.stage_of(a), self.stage_of(b)
+        key = ("pair", sb - sa) if self.aligned else ("pair", sa, sb)
+        conc = self.concurrency(key, lambda: pair_concurrency(self.mesh, sa, sb, (a, b), self.gpn))
+        return self.call(collective, size, (a, b), conc)
+
+    def collective(self, step: Step, stage_rank: int) -> float:
+        """A collective step of the stage whose first rank is `stage_rank` (its group: the step's axes)."""
+        key = (step.collective, step.size_bytes, step.axes, stage_rank)
+        if self.cache and key in self._times:
+            return self._times[key]
+        gkey = (step.axes, stage_rank)
+        group = self._groups.get(gkey) if self.cache else None
+        if group is None:
+            group = self._groups[gkey] = tuple(self.mesh.group_ranks(step.axes, stage_rank))
+        stage = self.stage_of(stage_rank)
+        ckey = ("axes", step.axes) if self.aligned else ("axes", step.axes, stage)
+        conc = self.concurrency(ckey, lambda: axes_concurrency(self.mesh, step.axes, stage, group, self.gpn))
+        t, dem = self.call(step.collective, step.size_bytes, group, conc)
+        self._times[key] = t
+        if self.book is not None and dem is not None:
+            self.book.steps[key] = dem
+        return t
+
+    def memory_access(self, step: Step) -> float:
+        """A load or store of offloaded states (compile.offload), priced by the memory system."""
+        if self.memory is None:
+            raise ValueError(f"step '{step.label}' is a memory access but no memory system was given; "
+                             "pass memory= to annotate (cost.offload.offload_memory_system)")
+        key = ("memory", step.access, step.size_bytes, step.in_switch, step.axes)
+        if self.cache and key in self._times:
+            return self._times[key]
+        # an in-switch access gathers / reduce-scatters over its ZeRO-3 group (`axes`) in the pool
+        system = gather_group_system(self.memory, self.mesh.group_size(step.axes)) if step.in_switch \
+            else self.memory
+        t = self._times[key] = system.time_s(MemoryAccess(step.access, step.size_bytes, "remote", step.in_switch))
+        return t
+
+
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,
              collective_host_s: float = 0.0, *, sharing: bool = False, exact: bool = False,
-             memory: MemorySystem | None = None) -> FlowBook | None:
+             memory: MemorySystem | None = None, cache: bool = True) -> FlowBook | None:
     """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once).
 
     `sharing`: price calls with their static concurrency (symmetric mode only: with `exact` every
     rank is its own class and the engine shares links among the groups' separate tasks) and return
     a FlowBook of per-resource work when the comm model can give it (`demand`), else None.
-    `memory` prices memory steps (offload loads/stores, compile.offload)."""
+    `memory` prices memory steps (offload loads/stores, compile.offload). `cache`: price each distinct
+    (op value, local shape, phase), collective and memory access once (off: every step anew, the reference;
+    the cost models are pure functions of those, so the numbers are the same)."""
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
-    cache: dict[tuple, float] = {}
-    groups: dict[tuple, tuple[int, ...]] = {}
-    gpn = cluster.gpus_per_node
-    demand_of = getattr(comm, "demand", None) if sharing else None
-    book = FlowBook(gpn, _block_gpus(cluster)) if demand_of is not None else None
-    conc_cache: dict[tuple, int] = {}
-
-    def concurrency(key: tuple, count: object) -> int:
-        if not sharing or exact:
-            return 1
-        if key not in conc_cache:
-            assert callable(count)
-            conc_cache[key] = count()
-        return conc_cache[key]
-
-    def call(collective: str, size: float, group: tuple[int, ...], conc: int) -> tuple[float, Demand | None]:
-        if demand_of is None:
-            return comm.time(collective, size, group, conc), None
-        t = comm.time(collective, size, group, conc)
-        return t, demand_of(collective, size, group, conc)
-
-    def stage_of(rank: int) -> int:
-        return mesh.coords(rank)["pp"]
-
-    def pair_time(collective: str, size: float, a: int, b: int) -> tuple[float, Demand | None]:
-        sa, sb = stage_of(a), stage_of(b)
-        conc = concurrency(("pair", sa, sb), lambda: pair_concurrency(mesh, sa, sb, (a, b), gpn))
-        return call(collective, size, (a, b), conc)
+    costs = _CostCache(compute, device, dtype, cache)
+    pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache)
+    book = pricer.book
+    pair_time = pricer.pair
 
     def cost(step: Step, stage_rank: int) -> float:
-        if step.kind == "compute":
-            assert step.op is not None and step.local is not None
-            key = (id(step.op), tuple(sorted(step.local.items())), step.phase if step.phase != "recompute" else "fwd")
-            if key not in cache:
-                cache[key] = compute.op_time(step.op, step.local, step.phase, device, dtype)
-            return cache[key]
         if step.kind == "memory":
-            if memory is None:
-                raise ValueError(f"step '{step.label}' is a memory access but no memory system was given; "
-                                 "pass memory= to annotate (cost.offload.offload_memory_system)")
-            key = ("memory", step.access, step.size_bytes, step.in_switch, step.axes)
-            if key not in cache:
-                # an in-switch access gathers / reduce-scatters over its ZeRO-3 group (`axes`) in the pool
-                system = gather_group_system(memory, mesh.group_size(step.axes)) if step.in_switch else memory
-                cache[key] = system.time_s(MemoryAccess(step.access, step.size_bytes, "remote", step.in_switch))
-            return cache[key]
-        key = (step.collective, step.size_bytes, step.axes, stage_rank)
-        if key not in cache:
-            gkey = ("group", step.axes, stage_rank)
-            if gkey not in groups:
-                groups[gkey] = tuple(mesh.group_ranks(step.axes, stage_rank))
-            stage = stage_of(stage_rank)
-            conc = concurrency(("axes", step.axes, stage),
-                               lambda: axes_concurrency(mesh, step.axes, stage, groups[gkey], gpn))
-            cache[key], dem = call(step.collective, step.size_bytes, groups[gkey], conc)
-            if book is not None and dem is not None:
-                book.steps[key] = dem
-        return cache[key]
+            return pricer.memory_access(step)
+        return pricer.collective(step, stage_rank)
 
     n = len(program.chunks)
     for ch in program.chunks:
         stage_rank = mesh.rank({"pp": ch.pp_rank})
         for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
+            if s.kind == "compute":
+                s.duration_s, s.host_s = costs.step(s)
+                continue
             s.duration_s = cost(s, stage_rank)
-            if s.kind == "compute" and s.op is not None:
-                s.host_s = compute.host_time(s.op, s.phase, s.local)
-            elif s.kind == "collective" and s.axes:
+            if s.kind == "collective" and s.axes:
                 # issuing a collective costs framework time plus the launch skew of its members,
                 # which grows with the group like a tree of waits (log2 of the group size)
                 n = mesh.group_size(s.axes)

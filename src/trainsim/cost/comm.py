@@ -56,7 +56,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -403,6 +403,11 @@ class NcclComm:
     2.17, NVLS-tree from 2.18. `gpus_per_thread` > 1 prices a caller whose one thread drives that
     many GPUs (nccl-tests -g N): their kernels launch one after another.
     """
+
+    # prices depend on a group's ranks only through their node-relative layout (node ids are compared, never
+    # used; local indices are r % gpus_per_node): a group shifted by whole nodes costs the same (cost.annotate
+    # prices such copies, one per pipeline stage, once)
+    node_shift_invariant: ClassVar[bool] = True
 
     cluster: Cluster
     params: CommParams | dict[str, Any] | None = None

@@ -46,16 +46,27 @@ class DeviceMesh:
     def stride(self, axis: str) -> int:
         return self._strides[axis]
 
+    @cached_property
+    def _axis_sizes(self) -> tuple[tuple[str, int], ...]:
+        return tuple(self._sizes.items())
+
     def coords(self, rank: int) -> dict[str, int]:
+        """Coordinate of `rank` on every axis (a fresh dict: callers edit it). Called per task by the graph
+        builder, so a plain loop."""
         out = {}
-        for a, n in self._sizes.items():
-            out[a] = rank % n
-            rank //= n
+        for a, n in self._axis_sizes:
+            rank, out[a] = divmod(rank, n)
         return out
 
     def rank(self, coords: dict[str, int]) -> int:
+        """The rank at `coords` (axes left out are 0; names that are not axes are ignored)."""
         st = self._strides
-        return sum(c * st[a] for a, c in coords.items() if a in st)
+        r = 0
+        for a, c in coords.items():
+            s = st.get(a)
+            if s is not None:
+                r += c * s
+        return r
 
     def group_size(self, axes: tuple[str, ...]) -> int:
         sz = self._sizes

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 
@@ -105,6 +105,35 @@ class Op:
     def params(self) -> int:
         w = math.prod(self.dims[d] for d in self.weight) if self.weight is not None else 0
         return w + self.extra_params
+
+    def key(self) -> tuple:
+        """A hashable value of every field (dims as its ordered items): ops with equal keys cost and lower
+        alike, so caches of one lowering or costing share their work (compile.program, cost.annotate)."""
+        values = [getattr(self, f) for f in _OP_FIELDS]
+        values[_OP_DIMS] = tuple(self.dims.items())
+        values[_OP_SAVED] = tuple(tuple(vars(t).values()) for t in self.saved)  # plain tuples hash fast
+        return tuple(values)
+
+
+_OP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Op))
+_OP_DIMS = _OP_FIELDS.index("dims")
+_OP_SAVED = _OP_FIELDS.index("saved")
+
+
+class OpValues:
+    """Small integer ids of op values (Op.key) for the caches of one lowering or costing: equal ops get one id,
+    so cache keys hash and compare as ints. Ops are remembered by object id, valid while they live (the
+    owner of an OpValues keeps the model or program that holds them)."""
+
+    def __init__(self) -> None:
+        self._by_object: dict[int, int] = {}
+        self._by_value: dict[tuple, int] = {}
+
+    def __call__(self, op: Op) -> int:
+        i = self._by_object.get(id(op))
+        if i is None:
+            i = self._by_object[id(op)] = self._by_value.setdefault(op.key(), len(self._by_value))
+        return i
 
 
 @dataclass
