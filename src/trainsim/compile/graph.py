@@ -259,6 +259,7 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     out: list[_Spec] = []
     remap: dict[int, int] = {}
     first_label: list[str] = []  # each spec's first step's label (a fused spec is named "first .. last")
+    fused: set[int] = set()
     op_level, by_layer = granularity == "op", granularity != "auto"
     prev: _Spec | None = None
     for i, s in enumerate(steps):
@@ -291,8 +292,8 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
             prev.flow = _add_work(prev.flow, flow)
             prev.flow_latency_s = 0.0
             prev.comm_op, prev.comm_bytes = "", 0.0
-            prev.category = max(parts, key=lambda k: parts[k])
             prev.label = first_label[-1] + " .. " + s.label
+            fused.add(len(out) - 1)
             remap[i] = len(out) - 1
         else:
             remap[i] = len(out)
@@ -305,6 +306,10 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     for sp in out:
         if sp.deps is not None:
             sp.deps = tuple(remap[d] for d in sp.deps)
+    for n in fused:  # a fused spec is named for its largest part (once, not at every step it absorbs)
+        parts = out[n].parts
+        assert parts is not None
+        out[n].category = max(parts, key=lambda k: parts[k])
     return out
 
 
@@ -633,8 +638,13 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 grad_sync(chunks[vc * pp + r], cid, rank, last_b[cid], None)
 
     # cross-class edges: pipeline sends and the loss turning forward into backward
+    peers: dict[tuple[int, int], int] = {}
+
     def peer(rank: int, stage: int) -> int:
-        return cls_of(mesh.rank({**mesh.coords(rank), "pp": stage}))
+        """The class of `rank`'s counterpart in pipeline stage `stage`."""
+        if (rank, stage) not in peers:
+            peers[(rank, stage)] = cls_of(mesh.rank({**mesh.coords(rank), "pp": stage}))
+        return peers[(rank, stage)]
 
     def receive(first: int, first_compute: int, send: int) -> None:
         """The body starting at `first` receives what `send` sends. Its first compute task names the

@@ -31,6 +31,7 @@ from .flows import max_min_rates
 
 OVERLAP_GAMMA = 0.189
 NS = len(Stream)
+_COMPUTE, _FEATURE, _GRAD, _P2P = int(Stream.COMPUTE), int(Stream.FEATURE), int(Stream.GRAD), int(Stream.P2P)
 _SLOWED = frozenset({"compute", "recompute", "optimizer"})
 
 
@@ -106,7 +107,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         qlist[c * ns + s] = tasks
     qhead = [0] * (n_classes * ns)
     qbusy = [False] * (n_classes * ns)
-    tq = [[c * ns + stream[t] for c in graph.participants[t]] for t in range(n)]
+    participants = graph.participants
+    tq = [[c * ns + stream[t] for c in participants[t]] for t in range(n)]
     dur = graph.duration_s
     parts = graph.parts
     category = graph.category
@@ -136,7 +138,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     throttled = 0
     flow_lat = graph.flow_latency_s if has_flows else [0.0] * n
     for t in range(n):
-        if stream[t] == Stream.COMPUTE and gamma > 0:
+        if stream[t] == _COMPUTE and gamma > 0:
             p = parts[t]
             frac = 1.0 if p is None else sum(v for k, v in p.items() if k in _SLOWED) / max(sum(p.values()), 1e-30)
             if p is None and category[t] not in _SLOWED:
@@ -148,6 +150,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     host_free = [0.0] * n_classes  # when each class's host has issued everything so far
     issue_of = [math.nan] * n  # set for host-issued tasks only
     sync_on = _sync_points(graph, n_classes) if (use_host and p2p_host_sync) else [-1] * n
+    host_issued = [use_host and s in (_COMPUTE, _FEATURE) for s in stream]
+    p2p_deps = [[d for d in ds if stream[d] == _P2P] if h else [] for ds, h in zip(deps, host_issued, strict=True)]
     heap: list[tuple[float, int, int, int]] = []
     seq = 0
 
@@ -155,8 +159,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         """Move task t's finish to match its current rate (gamma slowdown x bandwidth share)."""
         nonlocal seq
         r = share[t]
-        if stream[t] == Stream.COMPUTE:
-            c = graph.participants[t][0]
+        if stream[t] == _COMPUTE:
+            c = participants[t][0]
             if grad_active[c] > 0:
                 r *= slow_rate[t]
         if r == rate[t]:
@@ -221,7 +225,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         for q in tq[t]:
             if qbusy[q] or qlist[q][qhead[q]] != t:
                 return
-        if use_host and (stream[t] == Stream.COMPUTE or stream[t] == Stream.FEATURE):
+        if host_issued[t]:
             synced = 0.0
             if p2p_host_sync:
                 sp = sync_on[t]
@@ -229,10 +233,10 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                     if math.isnan(end[sp]):
                         return  # retried when the send ends
                     synced = end[sp]
-                for d in deps[t]:
-                    if stream[d] == Stream.P2P and end[d] > synced:
+                for d in p2p_deps[t]:
+                    if end[d] > synced:
                         synced = end[d]
-            members = graph.participants[t]
+            members = participants[t]
             # each member's host issues it when done with what came before (a collective runs once all did)
             issue = host_free[members[0]] if len(members) == 1 else max(host_free[c] for c in members)
             if synced > issue:
@@ -258,15 +262,15 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                 if end[p] > best_end:
                     best, best_end = p, end[p]
         pred[t] = best
-        for c in graph.participants[t]:
+        for c in participants[t]:
             held[c] += mem_peak[t]
             v = cur_mem[c] + held[c]
             if v > peak_mem[c]:
                 peak_mem[c] = v
         s = stream[t]
         d = dur[t]
-        if s == Stream.COMPUTE:
-            c = graph.participants[t][0]
+        if s == _COMPUTE:
+            c = participants[t][0]
             r0 = slow_rate[t] if grad_active[c] > 0 else 1.0
             # host-bound: kernels wait to be issued. The wait is a floor on the end, not GPU work: the
             # overlap slowdown and a link share stretch the kernels only (a fused chain and its ops alike)
@@ -279,7 +283,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                 flow_start(t, now)
         else:
             # a host-bound collective: its kernel waits to be launched before it moves anything
-            late = max(0.0, issue_of[t] + host_path[t] - now - d) if use_host and s == Stream.FEATURE else 0.0
+            late = max(0.0, issue_of[t] + host_path[t] - now - d) if use_host and s == _FEATURE else 0.0
             if flow[t] is not None:
                 lat = min(flow_lat[t], d) + late
                 if lat > 0:
@@ -290,8 +294,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
             else:
                 seq += 1
                 heapq.heappush(heap, (now + d + late, seq, t, version[t]))
-            if s == Stream.GRAD:
-                for c in graph.participants[t]:
+            if s == _GRAD:
+                for c in participants[t]:
                     grad_active[c] += 1
                     if grad_active[c] == 1:
                         set_rate(c, now)
@@ -319,15 +323,15 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         s = stream[t]
         if t in active:
             flow_end(t, now)
-        for c in graph.participants[t]:
+        for c in participants[t]:
             held[c] -= mem_peak[t]
             if mem_net[t]:
                 cur_mem[c] += mem_net[t]
                 if record_memory:
                     timeline[c].append((now, cur_mem[c]))
-            if s == Stream.COMPUTE:
+            if s == _COMPUTE:
                 run_task[c] = -1
-            elif s == Stream.GRAD:
+            elif s == _GRAD:
                 grad_active[c] -= 1
                 if grad_active[c] == 0:
                     set_rate(c, now)
@@ -341,9 +345,9 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         for q in tq[t]:
             if qhead[q] < len(qlist[q]):
                 try_start(qlist[q][qhead[q]], now)
-        if s == Stream.P2P and use_host:  # the host was blocked on this send: what it issues may go on
-            for c in graph.participants[t]:
-                for hs in (Stream.COMPUTE, Stream.FEATURE):
+        if s == _P2P and use_host:  # the host was blocked on this send: what it issues may go on
+            for c in participants[t]:
+                for hs in (_COMPUTE, _FEATURE):
                     q = c * ns + hs
                     if qhead[q] < len(qlist[q]):
                         try_start(qlist[q][qhead[q]], now)
