@@ -250,7 +250,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             return pricer.memory_access(step)
         return pricer.collective(step, stage_rank)
 
-    n = len(program.chunks)
+    n_chunks = len(program.chunks)
     for ch in program.chunks:
         stage_rank = mesh.rank({"pp": ch.pp_rank})
         for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
@@ -261,15 +261,15 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             if s.kind == "collective" and s.axes:
                 # issuing a collective costs framework time plus the launch skew of its members,
                 # which grows with the group like a tree of waits (log2 of the group size)
-                n = mesh.group_size(s.axes)
-                s.host_s = collective_host_s * math.log2(n) if n > 1 else 0.0
+                group = mesh.group_size(s.axes)
+                s.host_s = collective_host_s * math.log2(group) if group > 1 else 0.0
         if program.tree.tp_comm_overlap and mesh.tp > 1:
             _overlap_tp_comm(ch.fwd, mesh.tp)
             _overlap_tp_comm(ch.bwd, mesh.tp)
         if program.tree.cp_comm == "p2p" and mesh.cp > 1:
             _ring_attention(ch.fwd, mesh.cp, compute, device, dtype)
             _ring_attention(ch.bwd, mesh.cp, compute, device, dtype)
-        if ch.chunk < n - 1:
+        if ch.chunk < n_chunks - 1:
             nxt = mesh.rank({"pp": (ch.pp_rank + 1) % mesh.pp})
             ch.send_fwd_s, dem = pair_time("send_recv", ch.send_fwd_bytes, stage_rank, nxt)
             if book is not None and dem is not None:
