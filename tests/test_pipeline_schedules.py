@@ -183,3 +183,23 @@ def test_interleaved_orders_are_complete_and_causal(p: int, k: int, v: int, data
 def test_unknown_schedule_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown schedule"):
         schedule_order("zero-bubble", 2, 2, 0)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_every_chunk_but_the_last_pays_for_its_forward_send(tp: int) -> None:
+    """Each chunk sends its activations on (all but the last) and its gradients back (all but the first), priced
+    by the same pair model: a collective's group size once stood in for the chunk count, so with tp 8 the
+    chunks from 7 on sent for free."""
+    from trainsim.api import costed_program, default_job, job_tree
+
+    job = default_job().model_copy(update={"strategy": default_job().strategy.model_copy(
+        update={"tp": tp, "dp": 64 // tp, "sequence_parallel": tp > 1})})
+    cl, _, tree = job_tree(job)
+    chunks = costed_program(tree, cl, job.simulation).program.chunks
+    assert len(chunks) == 16
+    for ch in chunks[:-1]:
+        assert ch.send_fwd_s > 0, ch.chunk
+    for ch in chunks[1:]:
+        assert ch.send_bwd_s > 0, ch.chunk
+    inner = [ch.send_fwd_s for ch in chunks[1:-1]]  # the same bytes between the same kind of neighbours
+    assert max(inner) == pytest.approx(min(inner), rel=1e-9)
