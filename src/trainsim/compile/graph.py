@@ -277,8 +277,11 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
                 and not (keep_anchors and prev.grad_bucket) and prev.kind != "p2p"
                 and (not by_layer or steps[i - 1].layer == s.layer)):
             parts = prev.parts or {prev.category: prev.duration_s}
-            for cat, sec in (s.parts or {s.category: s.duration_s}).items():
-                parts[cat] = parts.get(cat, 0.0) + sec
+            if s.parts:
+                for cat, sec in s.parts.items():
+                    parts[cat] = parts.get(cat, 0.0) + sec
+            else:
+                parts[s.category] = parts.get(s.category, 0.0) + s.duration_s
             prev.parts = parts
             prev.mem_peak = max(prev.mem_peak, prev.mem_net + s.alloc_bytes)
             prev.mem_net += s.alloc_bytes - s.free_bytes
