@@ -242,3 +242,35 @@ def test_costed_program_through_api_matches_uncached() -> None:
     api_program = costed_program(tree, cl, jc.simulation).program
     plain, _ = costed(job, cache=False)
     assert_same_program(api_program, plain)
+
+
+GRAPH_COLUMNS = ("name", "kind", "stream", "category", "duration_s", "parts", "participants", "deps", "mem_peak_bytes",
+                 "mem_net_bytes", "host_s", "host_path_s", "micro_batch", "flow_latency_s", "flow_demand",
+                 "resources", "comm_op", "comm_bytes", "comm_ranks", "queues")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_jobs(), st.sampled_from(["auto", "layer", "op"]))
+def test_identical_chunks_coarsened_once_build_the_same_graph(job: dict[str, Any], granularity: str) -> None:
+    """build_graph coarsens a chunk whose steps equal an earlier chunk's but for their names once and renames
+    the copy (compile.graph._signature / _renamed): the graph is the one coarsening every chunk gives."""
+    from trainsim.compile import graph as graph_mod
+
+    job = {**job, "simulation": {**job.get("simulation", {}), "granularity": granularity}}
+    try:
+        jc = parse_job(job)
+        cl, _, tree = job_tree(jc)
+        c = costed_program(tree, cl, jc.simulation)
+    except ConfigError:
+        return
+    kw = {"granularity": granularity, "flows": c.flows, "exact": jc.simulation.exact}
+    shared = graph_mod.build_graph(c.program, **kw)
+    unique = iter(range(10**9))
+    original = graph_mod._signature
+    try:
+        graph_mod._signature = lambda steps, demand_of: (next(unique),)  # every chunk its own: no sharing
+        alone = graph_mod.build_graph(c.program, **kw)
+    finally:
+        graph_mod._signature = original
+    for column in GRAPH_COLUMNS:
+        assert getattr(shared, column) == getattr(alone, column), column

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ..strategy.schedules import dynamic_orders, schedule_order
@@ -182,11 +182,13 @@ def _add_work(into: dict[str, float] | None, work: dict[str, float] | None) -> d
 
 def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
                     demand_of: Callable[[Step], Demand | None] | None = None,
-                    fused_work: dict[int, dict[str, float]] | None = None) -> list[Step]:
+                    fused_work: dict[int, dict[str, float]] | None = None,
+                    origins: list[tuple[int, ...]] | None = None) -> list[Step]:
     """Fuse a compute step and collectives that start with it and join before the next compute step.
 
     Pattern (sequence-parallel weight-gradient re-gather): a(deps=D), b1(deps=D) -> b2 ..., c(deps=(a, b_last)).
     Nothing else waits on a or the b's, so the fork-join runs in max(a, sum b) + c: exact, one task.
+    `origins` gets, per step returned, the steps whose labels name it (a and c for a fused fork-join).
     """
     refs: dict[int, int] = defaultdict(int)
     for s in steps:
@@ -209,6 +211,8 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
         if not fork:
             remap[i] = len(out)
             out.append(a)
+            if origins is not None:
+                origins.append((i,))
             i += 1
             continue
         assert c is not None
@@ -234,6 +238,8 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
             if work:
                 fused_work[len(out)] = work
         out.append(fused)
+        if origins is not None:
+            origins.append((i, k))
         i = k + 1
     for n, s in enumerate(out):
         if s.deps is not None:
@@ -245,6 +251,18 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
     return out
 
 
+@dataclass
+class _Naming:
+    """How coarsen named its specs, so that another chunk's identical steps are named alike (`_renamed`): per
+    step after fork-join fusion the original steps its label joins; per spec its first and last such step
+    and the one whose gradient bucket it anchors (-1: none)."""
+
+    origins: list[tuple[int, ...]] = field(default_factory=list)
+    first: list[int] = field(default_factory=list)
+    last: list[int] = field(default_factory=list)
+    bucket: list[int] = field(default_factory=list)
+
+
 def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_streams: frozenset[int],
             demand_of: Callable[[Step], Demand | None] | None = None) -> list[_Spec]:
     """Fuse chains of steps no other step waits on (dPRO's coarsened view): exact for serial chains.
@@ -252,9 +270,18 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     With `demand_of` (bandwidth sharing), a collective spec carries its link work, and a compute spec
     that absorbed collectives carries their summed work as load spread over its whole duration (the
     engine shares it at intensity work / duration: the time-average of the fused comm's load)."""
+    return _coarsen(steps, granularity, keep_anchors, merge_streams, demand_of)[0]
+
+
+def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_streams: frozenset[int],
+             demand_of: Callable[[Step], Demand | None] | None = None) -> tuple[list[_Spec], _Naming]:
+    """coarsen, and how it named the specs."""
+    naming = _Naming()
     fused_work: dict[int, dict[str, float]] = {}
     if granularity != "op" and Stream.FEATURE in merge_streams:
-        steps = _fuse_fork_join(steps, merge_streams, demand_of, fused_work)
+        steps = _fuse_fork_join(steps, merge_streams, demand_of, fused_work, naming.origins)
+    else:
+        naming.origins = [(i,) for i in range(len(steps))]
     referenced = {d for s in steps if s.deps for d in s.deps}
     out: list[_Spec] = []
     remap: dict[int, int] = {}
@@ -298,6 +325,11 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
             prev.label = first_label[-1] + " .. " + s.label
             fused.add(len(out) - 1)
             remap[i] = len(out) - 1
+            naming.last[-1] = i
+            if s.grad_bucket:
+                naming.bucket[-1] = i
+            elif keep_anchors:
+                naming.bucket[-1] = -1
         else:
             remap[i] = len(out)
             prev = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
@@ -306,6 +338,9 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
                          s.size_bytes)
             out.append(prev)
             first_label.append(s.label)
+            naming.first.append(i)
+            naming.last.append(i)
+            naming.bucket.append(i if s.grad_bucket else -1)
     for sp in out:
         if sp.deps is not None:
             sp.deps = tuple(remap[d] for d in sp.deps)
@@ -313,7 +348,36 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
         parts = out[n].parts
         assert parts is not None
         out[n].category = max(parts, key=lambda k: parts[k])
+    return out, naming
+
+
+def _renamed(specs: list[_Spec], naming: _Naming, steps: list[Step]) -> list[_Spec]:
+    """Another chunk's coarsened specs from one made for steps equal to its own but for their names: the same
+    specs named after its own steps (and their gradient buckets)."""
+    def label(x: int) -> str:
+        return " | ".join(steps[o].label for o in naming.origins[x])
+
+    out = []
+    for j, sp in enumerate(specs):
+        first, last, bucket = naming.first[j], naming.last[j], naming.bucket[j]
+        out.append(replace(sp, label=label(first) if first == last else label(first) + " .. " + label(last),
+                           grad_bucket=steps[naming.origins[bucket][-1]].grad_bucket if bucket >= 0 else None))
     return out
+
+
+def _signature(steps: list[Step], demand_of: Callable[[Step], Demand | None] | None) -> tuple:
+    """Everything coarsen reads of a step list but the names: two chunks with equal signatures coarsen to the
+    same specs (a layer's position shows only as whether it is the previous step's layer)."""
+    sig = []
+    prev_layer = None
+    for s in steps:
+        demand = demand_of(s) if demand_of is not None and s.kind == "collective" else None
+        sig.append((s.kind, s.stream, s.category, s.deps, s.duration_s, s.host_s, s.alloc_bytes, s.free_bytes,
+                    bool(s.grad_bucket), s.axes, s.collective, s.access, s.size_bytes,
+                    tuple(s.parts.items()) if s.parts else None, s.layer == prev_layer,
+                    (demand[0], tuple(demand[1].items())) if demand else None))
+        prev_layer = s.layer
+    return tuple(sig)
 
 
 def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
@@ -506,10 +570,22 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             halves[ch.chunk] = split_backward(ch.bwd)
         return halves[ch.chunk][0 if phase == "B" else 1]
 
+    signatures: dict[tuple[int, str], tuple] = {}
+    by_signature: dict[tuple[tuple, bool], tuple[list[_Spec], _Naming]] = {}  # identical chunks coarsen once
+
     def specs(ch: ChunkProgram, phase: str, anchors: bool) -> list[_Spec]:
         key = (ch.chunk, phase, anchors)
         if key not in spec_cache:
-            spec_cache[key] = coarsen(template(ch, phase), granularity, anchors, merge, step_demand_of(ch))
+            steps, demand_of = template(ch, phase), step_demand_of(ch)
+            if (ch.chunk, phase) not in signatures:
+                signatures[(ch.chunk, phase)] = _signature(steps, demand_of)
+            shared = (signatures[(ch.chunk, phase)], anchors)
+            if shared in by_signature:
+                made, naming = by_signature[shared]
+                spec_cache[key] = _renamed(made, naming, steps)
+            else:
+                by_signature[shared] = _coarsen(steps, granularity, anchors, merge, demand_of)
+                spec_cache[key] = by_signature[shared][0]
         return spec_cache[key]
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
@@ -713,6 +789,14 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
     return g
 
 
+def _blocks(ranks: range, span: int) -> range | set[int]:
+    """The blocks of `span` consecutive ranks that `ranks` touch (one per block, not one per rank: a class of
+    a 16,384-GPU job has a thousand ranks but a few blocks)."""
+    if ranks.step == 1 and len(ranks):
+        return range(ranks[0] // span, ranks[-1] // span + 1)
+    return {r // span for r in ranks}
+
+
 def _resolve_flows(g: ExecutionGraph, task_flow: dict[int, Demand], block_gpus: dict[str, int]) -> None:
     """Map link keys onto the graph's resources: a GPU's own links are one resource per rank class
     (its ranks' links, symmetric); a shared key (the NICs, a level's port) is one resource per set of
@@ -720,12 +804,13 @@ def _resolve_flows(g: ExecutionGraph, task_flow: dict[int, Demand], block_gpus: 
     shared: dict[str, list[list[str]]] = {}  # key -> per class: names of its blocks' resources
     for key, span in block_gpus.items():
         in_block: dict[int, set[int]] = defaultdict(set)
-        for c, rc in enumerate(g.classes):
-            for r in rc.ranks:
-                in_block[r // span].add(c)
-        per_class: list[list[int]] = []
-        for rc in g.classes:
-            sets = {tuple(sorted(in_block[r // span])) for r in rc.ranks}
+        blocks = [_blocks(rc.ranks, span) for rc in g.classes]
+        for c, bs in enumerate(blocks):
+            for b in bs:
+                in_block[b].add(c)
+        per_class: list[list[str]] = []
+        for bs in blocks:
+            sets = {tuple(sorted(in_block[b])) for b in bs}
             per_class.append([f"{key}:" + "+".join(f"c{x}" for x in s) for s in sorted(sets)])
         shared[key] = per_class
     for t, (latency, work) in task_flow.items():
