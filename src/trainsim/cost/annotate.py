@@ -103,22 +103,34 @@ def pair_concurrency(mesh: DeviceMesh, stage: int, other: int, group: tuple[int,
     return _groups_per_node(ranks, np.concatenate([ids, ids]), group, gpus_per_node)
 
 
+def group_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage_rank: int, gpus_per_node: int,
+                      sharing: bool) -> tuple[tuple[int, ...], int]:
+    """The group of a collective over `axes` that holds `stage_rank`, and its static concurrency (the sibling
+    groups of its pipeline stage that share its nodes' links; 1 without `sharing`): how `annotate` prices a
+    step, for callers that price a collective of a program they do not lower (optimize.analytic)."""
+    group = tuple(mesh.group_ranks(axes, stage_rank))
+    if not sharing:
+        return group, 1
+    return group, axes_concurrency(mesh, axes, mesh.coords(stage_rank)["pp"], group, gpus_per_node)
+
+
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,
              collective_host_s: float = 0.0, *, sharing: bool = False, exact: bool = False,
-             memory: MemorySystem | None = None) -> FlowBook | None:
+             memory: MemorySystem | None = None, flows: bool = True) -> FlowBook | None:
     """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once).
 
     `sharing`: price calls with their static concurrency (symmetric mode only: with `exact` every
     rank is its own class and the engine shares links among the groups' separate tasks) and return
     a FlowBook of per-resource work when the comm model can give it (`demand`), else None.
-    `memory` prices memory steps (offload loads/stores, compile.offload)."""
+    `flows=False`: no FlowBook even so (a caller that only reads the durations, the analytic tier; the
+    durations are the same). `memory` prices memory steps (offload loads/stores, compile.offload)."""
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
     cache: dict[tuple, float] = {}
     groups: dict[tuple, tuple[int, ...]] = {}
     gpn = cluster.gpus_per_node
-    demand_of = getattr(comm, "demand", None) if sharing else None
+    demand_of = getattr(comm, "demand", None) if sharing and flows else None
     book = FlowBook(gpn, _block_gpus(cluster)) if demand_of is not None else None
     conc_cache: dict[tuple, int] = {}
 
