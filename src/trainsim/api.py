@@ -527,10 +527,12 @@ def job_cluster(job: JobConfig | dict[str, Any]) -> Cluster:
 
 
 def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec,
-                   remote_memory: RemoteMemorySpec | None = None, *, flows: bool = True) -> CostedProgram:
+                   remote_memory: RemoteMemorySpec | None = None, *, flows: bool = True,
+                   comm: CommModel | None = None) -> CostedProgram:
     """Lower the tree in the job's precision and cost every step (compute, communication, memory);
     `remote_memory` is the job's cluster.remote_memory (the pool behind offload remote). `flows=False`: no
-    FlowBook for the graph builder (the analytic tier reads durations only; they are the same)."""
+    FlowBook for the graph builder (the analytic tier reads durations only; they are the same). `comm`: the
+    job's comm model on `cl` (`comm_model(cl, sim)`, the default) when the caller keeps one for many programs."""
     memory = offload_memory(tree, cl, remote_memory)  # before lowering: a pool that cannot serve it is refused
     if sim.dtype != "auto" and not cl.device.supports(sim.dtype):
         raise ConfigError("simulation.dtype", f"{cl.device.name} does not support {sim.dtype}",
@@ -548,7 +550,7 @@ def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec,
     cal = load_calibration(sim.calibration)
     cparams = cal.compute_for(cl.device)
     compute = RooflineCompute(cparams)
-    book = annotate(program, cl, compute, comm_model(cl, sim), collective_host_s=cparams.collective_host_s,
+    book = annotate(program, cl, compute, comm or comm_model(cl, sim), collective_host_s=cparams.collective_host_s,
                     sharing=sim.bandwidth_sharing, exact=sim.exact, memory=memory, flows=flows)
     return CostedProgram(program, precision, compute, book, peak, cal.gamma if sim.gamma is None else sim.gamma,
                          cal.p2p_host_sync)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -79,11 +80,13 @@ def _groups_per_node(ranks: np.ndarray, group_ids: np.ndarray, group: tuple[int,
     return int(counts[mine].max()) if mine.any() else 1
 
 
+@lru_cache(maxsize=4096)
 def axes_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage: int, group: tuple[int, ...],
                      gpus_per_node: int) -> int:
     """Concurrency of `group` among every group over `axes` in pipeline stage `stage` (one rank class),
     counted without building the groups: each rank of the stage is keyed by its group (its rank with
-    the `axes` coordinates zeroed)."""
+    the `axes` coordinates zeroed). Cached: a pure function of hashable inputs that many programs on one
+    mesh ask again (a search's reduced jobs)."""
     per_stage = mesh.world_size // mesh.pp
     ranks = np.arange(stage * per_stage, (stage + 1) * per_stage, dtype=np.int64)
     keys = ranks.copy()
@@ -93,9 +96,10 @@ def axes_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage: int, group:
     return _groups_per_node(ranks, keys - keys.min(), group, gpus_per_node)
 
 
+@lru_cache(maxsize=4096)
 def pair_concurrency(mesh: DeviceMesh, stage: int, other: int, group: tuple[int, ...], gpus_per_node: int) -> int:
     """Concurrency of the pair `group` among the pairs that join each rank of `stage` with its peer in
-    stage `other` (pipeline sends, the tied-embedding sum)."""
+    stage `other` (pipeline sends, the tied-embedding sum). Cached like `axes_concurrency`."""
     per_stage = mesh.world_size // mesh.pp
     mine = np.arange(stage * per_stage, (stage + 1) * per_stage, dtype=np.int64)
     ids = np.arange(per_stage, dtype=np.int64)

@@ -134,6 +134,21 @@ class _Phases:
                        self.peak + peak_bytes, parts)
 
 
+class _CachedComm:
+    """A comm model's `time`, memoised per call: the reduced jobs of one cluster repeat their collectives."""
+
+    def __init__(self, comm: CommModel) -> None:
+        self.comm = comm
+        self._times: dict[tuple, float] = {}
+
+    def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float:
+        key = (collective, size_bytes, group, concurrency)
+        t = self._times.get(key)
+        if t is None:
+            t = self._times[key] = self.comm.time(collective, size_bytes, group, concurrency)
+        return t
+
+
 class AnalyticBatch:
     """The analytic tier for the configurations of one search (one model, cluster, batch and simulation)."""
 
@@ -148,8 +163,9 @@ class AnalyticBatch:
         self._trees: dict[tuple, tuple[Any, dict[str, tuple[Layer, LeafConfig]], list[str]]] = {}
         self._dp: dict[tuple, int] = {}  # data-parallel key -> index into _dp_list
         self._dp_list: list[_DpTerms] = []
-        self._comms: dict[int, CommModel] = {}  # GPUs of a reduced cluster -> its comm model
+        self._comms: dict[int, _CachedComm] = {}  # GPUs of a reduced cluster -> its comm model
         self._prices: dict[tuple, float] = {}
+        self._tables: dict[tuple, tuple[int, Any]] = {}  # see _table
         self._sim: SimulationSpec | None = None
         self._precision = None
         self._compute = None
@@ -212,7 +228,7 @@ class AnalyticBatch:
         jc = parse_job(self._job(c, dp=self._feature_dp(c), pp=pp, zero=0, micro_batch=c.micro_batch,
                                  recompute=c.recompute, zb=zb))
         cl, _, tree = job_tree(jc)
-        costed = costed_program(tree, cl, jc.simulation, flows=False)
+        costed = costed_program(tree, cl, jc.simulation, flows=False, comm=self._comm(cl.world_size, jc.simulation))
         self.reduced_jobs += 1
         self._sim, self._precision, self._compute = jc.simulation, costed.precision, costed.compute
         self._gamma, self._host_sync, self._peak_flops = costed.gamma, costed.p2p_host_sync, costed.peak_flops
@@ -250,15 +266,15 @@ class AnalyticBatch:
             self._trees[key] = (tree, leaves, list(leaves))
         return self._trees[key]
 
-    def _comm(self, world: int) -> CommModel:
-        """The comm model of a reduced job's cluster of `world` GPUs (as `_job` sizes it)."""
+    def _comm(self, world: int, sim: SimulationSpec) -> _CachedComm:
+        """The comm model of a reduced job's cluster of `world` GPUs (as `_job` sizes it), shared by its jobs."""
         if world not in self._comms:
             gpn = self.cluster.gpus_per_node
             cluster = {**self.base.get("cluster", {}), "nodes": max(1, world // gpn)}
             if world < gpn:
                 cluster["gpus_per_node"] = world
-            assert self._sim is not None
-            self._comms[world] = comm_model(job_cluster({**self.base, "cluster": cluster, "strategy": {}}), self._sim)
+            self._comms[world] = _CachedComm(comm_model(job_cluster({**self.base, "cluster": cluster, "strategy": {}}),
+                                                        sim))
         return self._comms[world]
 
     def _price(self, mesh: DeviceMesh, step: Step, stage: int) -> float:
@@ -270,7 +286,7 @@ class AnalyticBatch:
             gpn = min(self.cluster.gpus_per_node, world)
             group, conc = group_concurrency(mesh, step.axes, mesh.rank({"pp": stage}), gpn,
                                             self._sim.bandwidth_sharing and not self._sim.exact)
-            self._prices[key] = self._comm(world).time(step.collective, step.size_bytes, group, conc)
+            self._prices[key] = self._comm(world, self._sim).time(step.collective, step.size_bytes, group, conc)
         return self._prices[key]
 
     def _dp_index(self, c: Candidate) -> int:
@@ -311,36 +327,71 @@ class AnalyticBatch:
             out.gather_bytes[role] = ls.gather_bytes
         return out
 
+    # -- tables over the keys costed so far (rebuilt when a key is added) -----------------------------------
+    def _table(self, key: tuple, size: int, build: Any) -> Any:
+        hit = self._tables.get(key)
+        if hit is None or hit[0] != size:
+            hit = self._tables[key] = (size, build())
+        return hit[1]
+
+    def role_table(self, phase: str, role: str) -> _Phases:
+        """A role's phase per compute key, (K,) arrays."""
+        def build() -> _Phases:
+            rows = [pc.phases[phase].get(role, PhaseCost()) for pc in self._piece_list]
+            parts = np.array([[r.parts.get(cat, 0.0) for cat in CATEGORIES] for r in rows])
+            return _Phases(*(np.array([getattr(r, f) for r in rows])
+                             for f in ("busy_s", "host_s", "synced_s", "net_bytes", "peak_bytes")), parts)
+        return self._table(("role", phase, role), len(self._piece_list), build)
+
+    def w_free_table(self, role: str) -> np.ndarray:
+        return self._table(("w_free", role), len(self._piece_list),
+                           lambda: np.array([pc.w_frees.get(role, False) for pc in self._piece_list]))
+
+    def dp_table(self, table: str, role: str) -> np.ndarray:
+        """A data-parallel term (a _DpTerms field) of a role (embedding, block, tail:NAME) per dp key, (D,)."""
+        return self._table(("dp", table, role), len(self._dp_list),
+                           lambda: np.array([getattr(t, table).get(role, 0.0) for t in self._dp_list]))
+
     # -- the batch -----------------------------------------------------------------------------------
+    def _indices(self, candidates: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate, its compute key's and data-parallel terms' indices (costing what is new)."""
+        return (np.array([self._piece_index(c) for c in candidates]),
+                np.array([self._dp_index(c) for c in candidates]))
+
     def stage_batch(self, candidates: list[Candidate]) -> StageBatch:
         """The candidates as one StageBatch, composed with numpy (no Python loop over candidates or stages
         beyond finding each one's keys)."""
-        kid = np.array([self._piece_index(c) for c in candidates])
-        did = np.array([self._dp_index(c) for c in candidates])
+        kid, did = self._indices(candidates)
         return _Compose(self, candidates, kid, did).batch()
 
     def _flops_per_sample(self, kid: np.ndarray, candidates: list[Candidate]) -> np.ndarray:
         """Model FLOPs of one sample through the whole model (a stage's ranks hold 1 / (tp cp) of each layer)."""
-        per_key = np.array([f.get("embedding", 0.0) + self.blocks * f.get("inner", 0.0)
-                            + sum(f.get(x, 0.0) for x in pc.tails)
-                            for pc in self._piece_list for f in (pc.model_flops,)])
+        per_key = np.array([pc.model_flops.get("embedding", 0.0) + self.blocks * pc.model_flops.get("inner", 0.0)
+                            + sum(pc.model_flops.get(x, 0.0) for x in pc.tails) for pc in self._piece_list])
         scale = np.array([c.tp * c.cp / c.micro_batch for c in candidates], dtype=float)
         return per_key[kid] * scale
 
     def evaluate(self, candidates: list[Candidate]) -> BatchEstimate:
-        """The analytic tier's answers for `candidates` (all of this model, cluster and global batch)."""
-        batch = self.stage_batch(candidates)
-        est = evaluate(batch)
-        kid = np.array([self._pieces[self._key(c)] for c in candidates])
+        """The analytic tier's answers for `candidates` (all of this model, cluster and global batch). Evaluated
+        per pipeline depth: a batch's arrays are as wide as its deepest pipeline."""
+        n = len(candidates)
+        kid, did = self._indices(candidates)
+        pp = np.array([c.pp for c in candidates])
+        iteration, peak = np.zeros(n), np.zeros(n)
+        for depth in np.unique(pp):
+            rows = np.flatnonzero(pp == depth)
+            group = [candidates[i] for i in rows]
+            est = evaluate(_Compose(self, group, kid[rows], did[rows]).batch())
+            iteration[rows] = est.iteration_s
+            peak[rows] = est.peak_bytes.max(axis=1)
         gb = np.array([c.global_batch for c in candidates], dtype=float)
         world = np.array([c.tp * c.pp * c.cp * c.dp for c in candidates], dtype=float)
         model_flops = self._flops_per_sample(kid, candidates) * gb
-        samples = gb / est.iteration_s
+        samples = gb / iteration
         seq = self.model.seq_len
-        tokens = samples * seq if seq else np.full(len(candidates), np.nan)
-        mfu = model_flops / est.iteration_s / world / self._peak_flops
-        peak = est.peak_bytes.max(axis=1)
-        return BatchEstimate(est.iteration_s, samples, tokens, mfu, peak, peak <= self.capacity_bytes)
+        tokens = samples * seq if seq else np.full(n, np.nan)
+        mfu = model_flops / iteration / world / self._peak_flops
+        return BatchEstimate(iteration, samples, tokens, mfu, peak, peak <= self.capacity_bytes)
 
 
 KINDS = ("first", "mid", "last", "both")
@@ -376,25 +427,22 @@ class _Compose:
     def piece(self, phase: str, role: str) -> _Phases:
         key = ("piece", phase, role)
         if key not in self._tables:
-            rows = [pc.phases[phase].get(role, PhaseCost()) for pc in self.ab._piece_list]
-            parts = np.array([[r.parts.get(cat, 0.0) for cat in CATEGORIES] for r in rows])
-            fields = [np.array([getattr(r, f) for r in rows])[self.kid]
-                      for f in ("busy_s", "host_s", "synced_s", "net_bytes", "peak_bytes")]
-            self._tables[key] = _Phases(*fields, parts[self.kid])
+            t = self.ab.role_table(phase, role)
+            self._tables[key] = _Phases(*(getattr(t, f)[self.kid] for f in ("busy", "host", "synced", "net", "peak",
+                                                                          "parts")))
         return self._tables[key]
 
     def dp(self, table: str, role: str) -> np.ndarray:
         """A data-parallel term of a role per candidate (the block roles share the block's)."""
-        r = "block" if role in _LEAD[1:] else role
-        key = ("dp", table, r)
+        key = ("dp", table, role)
         if key not in self._tables:
-            self._tables[key] = np.array([getattr(t, table).get(r, 0.0) for t in self.ab._dp_list])[self.did]
+            self._tables[key] = self.ab.dp_table(table, "block" if role in _LEAD[1:] else role)[self.did]
         return self._tables[key]
 
     def w_free(self, role: str) -> np.ndarray:
         key = ("w_free", role)
         if key not in self._tables:
-            self._tables[key] = np.array([pc.w_frees.get(role, False) for pc in self.ab._piece_list])[self.kid]
+            self._tables[key] = self.ab.w_free_table(role)[self.kid]
         return self._tables[key]
 
     # chunks
@@ -485,13 +533,15 @@ class _Compose:
         mask = stage < pc
         which = np.where(stage == 0, 0, np.where(stage == pc - 1, 2, 1))  # the stage type of each stage
 
+        at = np.arange(n)[:, None]
+
         def spread(key: str) -> np.ndarray:
             vals = np.stack([rows[st][key] for st in ("s0", "sm", "sl")], axis=1)
-            return np.where(mask, np.take_along_axis(vals, which, axis=1), 0.0)
+            return np.where(mask, vals[at, which], 0.0)
 
         out = {f"{ph}{x}_s": spread(f"{ph}{x}_s") for ph in PHASES for x in ("", "_host", "_sync")}
         parts = np.stack([rows[st]["parts_s"] for st in ("s0", "sm", "sl")], axis=1)  # (N, 3, C)
-        out["parts_s"] = np.where(mask[:, :, None], np.take_along_axis(parts, which[:, :, None], axis=1), 0.0)
+        out["parts_s"] = np.where(mask[:, :, None], parts[at, which], 0.0)
         pieces = self.ab._piece_list
         send_f, send_b, emb = (np.array([getattr(x, f) for x in pieces])[self.kid][:, None]
                                for f in ("send_fwd_s", "send_bwd_s", "embedding_s"))
@@ -513,7 +563,7 @@ class _Compose:
         vc = np.arange(v_max)[None, None, :]
         code = _kind_code(vc * pc[:, :, None] + stage[:, :, None], (p * v)[:, None, None])  # (N, P, V)
         nets = np.stack([ch[kd]["fwd"].net for kd in KINDS], axis=1)  # (N, 4)
-        act = np.take_along_axis(nets, code.reshape(n, -1), axis=1).reshape(code.shape)
+        act = nets[np.arange(n)[:, None, None], code]
         out["act_bytes"] = np.where(mask[:, :, None] & (vc < v[:, None, None]), act, 0.0)
         cands = self.candidates
         return StageBatch(
