@@ -44,7 +44,7 @@ from ..cost.annotate import group_concurrency, optimizer_time
 from ..cost.comm import CommModel
 from ..cost.memory import RUNTIME_RESERVED_BYTES
 from ..hardware.cluster import Cluster
-from ..sim.analytic import CATEGORIES, SCHEDULES, PhaseCost, StageBatch, evaluate, replay_layers
+from ..sim.analytic import CATEGORIES, SCHEDULES, PhaseCost, StageBatch, evaluate, replay_layers, stack
 from ..strategy.mesh import DeviceMesh
 from ..strategy.tree import LeafConfig
 from ..workload.ir import Layer, Model
@@ -53,6 +53,7 @@ from .space import Candidate
 _DP, _COMPUTE, _RECOMPUTE = (CATEGORIES.index(c) for c in ("dp", "compute", "recompute"))
 _LEAD = ("embedding", "first", "inner", "recv")  # compute roles of a reduced job before its tail layers
 PHASES = ("fwd", "bwd", "w")
+_FEW = 8  # batches up to this size are composed per candidate and cached (AnalyticBatch._one)
 
 
 @dataclass
@@ -166,6 +167,7 @@ class AnalyticBatch:
         self._comms: dict[int, _CachedComm] = {}  # GPUs of a reduced cluster -> its comm model
         self._prices: dict[tuple, float] = {}
         self._tables: dict[tuple, tuple[int, Any]] = {}  # see _table
+        self._composed: dict[Candidate, StageBatch] = {}  # see _one
         self._sim: SimulationSpec | None = None
         self._precision = None
         self._compute = None
@@ -364,6 +366,12 @@ class AnalyticBatch:
         kid, did = self._indices(candidates)
         return _Compose(self, candidates, kid, did).batch()
 
+    def _one(self, c: Candidate, kid: int, did: int) -> StageBatch:
+        """One candidate's StageBatch, composed once (its pieces never change)."""
+        if c not in self._composed:
+            self._composed[c] = _Compose(self, [c], np.array([kid]), np.array([did])).batch()
+        return self._composed[c]
+
     def _flops_per_sample(self, kid: np.ndarray, candidates: list[Candidate]) -> np.ndarray:
         """Model FLOPs of one sample through the whole model (a stage's ranks hold 1 / (tp cp) of each layer)."""
         per_key = np.array([pc.model_flops.get("embedding", 0.0) + self.blocks * pc.model_flops.get("inner", 0.0)
@@ -378,7 +386,11 @@ class AnalyticBatch:
         kid, did = self._indices(candidates)
         pp = np.array([c.pp for c in candidates])
         iteration, peak = np.zeros(n), np.zeros(n)
-        for depth in np.unique(pp):
+        if n <= _FEW:  # a few: their composed stages cached one by one (composing is per batch, not per row)
+            few = [self._one(c, int(k), int(d)) for c, k, d in zip(candidates, kid, did, strict=True)]
+            est = evaluate(few[0] if n == 1 else stack(few))
+            iteration[:], peak[:] = est.iteration_s, est.peak_bytes.max(axis=1)
+        for depth in np.unique(pp) if n > _FEW else ():
             rows = np.flatnonzero(pp == depth)
             group = [candidates[i] for i in rows]
             est = evaluate(_Compose(self, group, kid[rows], did[rows]).batch())
@@ -422,6 +434,8 @@ class _Compose:
         self.zb = np.array([pc.zero_bubble for pc in ab._piece_list])[kid]
         self.gamma = ab._gamma
         self._tables: dict[tuple, Any] = {}
+        self.unit = np.ones(self.n, dtype=np.int64)
+        self.gathers = any(bool((self.dp("gather_bytes", r) > 0).any()) for r in ("embedding", "first", *self.tails))
 
     # role tables gathered per candidate (cached per role)
     def piece(self, phase: str, role: str) -> _Phases:
@@ -447,8 +461,8 @@ class _Compose:
 
     # chunks
     def segments(self, kind: str) -> list[tuple[str, np.ndarray]]:
-        """A chunk's layers in forward order as (role, count) runs."""
-        one = np.ones(self.n, dtype=np.int64)
+        """A chunk's layers in forward order as (role, count) runs (`self.unit`: one layer for every candidate)."""
+        one = self.unit
         lead = [("embedding", one), ("first", one)] if kind in ("first", "both") else [("recv", one)]
         tail = [(t, one) for t in self.tails] if kind in ("last", "both") else []
         return [*lead, ("inner", self.k - 1), *tail]
@@ -464,15 +478,23 @@ class _Compose:
         started = np.zeros(self.n, dtype=bool)
         for role, count in segs:
             base = self.piece(phase, role)
-            g_s, g_b = self.dp("gather_s", role), self.dp("gather_bytes", role)
-            held = np.where(self.zb & self.w_free(role), g_b, 0.0)
-            if phase == "w":
-                one = rest = base.shifted(zero, zero, zero, -held)
-            else:
-                slow = self.gamma * np.minimum(g_s, base.parts[:, _COMPUTE] + base.parts[:, _RECOMPUTE])
-                net = held if phase == "bwd" else zero
-                one = base.shifted(np.maximum(g_s - prev, 0.0), slow, g_b, net)
-                rest = base.shifted(np.maximum(g_s - base.busy, 0.0), slow, g_b, net)
+            one = rest = base
+            if self.gathers:
+                g_s, g_b = self.dp("gather_s", role), self.dp("gather_bytes", role)
+                held = np.where(self.zb & self.w_free(role), g_b, 0.0)
+                if phase == "w":
+                    one = rest = base.shifted(zero, zero, zero, -held)
+                else:
+                    slow = self.gamma * np.minimum(g_s, base.parts[:, _COMPUTE] + base.parts[:, _RECOMPUTE])
+                    net = held if phase == "bwd" else zero
+                    one = base.shifted(np.maximum(g_s - prev, 0.0), slow, g_b, net)
+                    rest = base.shifted(np.maximum(g_s - base.busy, 0.0), slow, g_b, net)
+            if count is self.unit:  # one layer each: no repeats to scale
+                acc = acc.add(one)
+                first = np.where(started, first, one.busy)
+                started = self.unit > 0
+                prev = base.busy
+                continue
             has = count >= 1
             acc = acc.add(one.scaled(has.astype(np.int64))).add(rest.scaled(count - 1))
             first = np.where(~started & has, one.busy, first)
@@ -485,12 +507,19 @@ class _Compose:
         segs = self.segments(kind)
         fwd, _ = self.chain(segs, "fwd")
         bwd, last_bwd = self.chain(segs[::-1], "bwd")
-        w, _ = self.chain(segs[::-1], "w")
+        w = self.chain(segs[::-1], "w")[0] if self.zb.any() else _Phases.zeros(self.n)
         out: dict[str, Any] = {"fwd": fwd, "bwd": bwd, "w": w, "last_bwd": last_bwd,
                                "first_reduce": self.dp("reduce_s", segs[0][0])}
         for table in ("reduce_s", "post_s", "state_bytes", "optimizer_params"):
             out[table] = sum(self.dp(table, role) * count for role, count in segs)
         return out
+
+    def no_chunk(self) -> dict[str, Any]:
+        """A chunk kind no candidate of the batch has (zeros, counted zero times)."""
+        z = np.zeros(self.n)
+        empty = _Phases.zeros(self.n)
+        return {"fwd": empty, "bwd": empty, "w": empty, "last_bwd": z, "first_reduce": z, "reduce_s": z,
+                "post_s": z, "state_bytes": z, "optimizer_params": z}
 
     # stages
     def stage_rows(self, ch: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
@@ -525,7 +554,10 @@ class _Compose:
 
     def batch(self) -> StageBatch:
         n, p, v = self.n, self.pp, self.vpp
-        ch = {kind: self.chunk(kind) for kind in KINDS}
+        total = p * v
+        used = {"both": bool((total == 1).any()), "first": bool((total > 1).any()), "last": bool((total > 1).any()),
+                "mid": bool((total > 2).any())}
+        ch = {kind: self.chunk(kind) if used[kind] else self.no_chunk() for kind in KINDS}
         rows = self.stage_rows(ch)
         p_max, v_max = int(p.max()), int(v.max())
         stage = np.arange(p_max)[None, :]
