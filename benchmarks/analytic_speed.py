@@ -9,8 +9,9 @@ Single configuration, GPT-3 175B on 1024 A100-80GB (the default job, TP8 x PP16 
     (replay of the chunk templates) + evaluate;
   - warm, the per-layer pieces cached (optimize.analytic.AnalyticBatch with one candidate).
 Batched: every configuration of a search space over tp, pp, micro-batch, recompute, ZeRO, schedule and the
-overlap flags (optimize.space.enumerate_space's static rules applied), evaluated by AnalyticBatch: the first
-pass (costing each distinct per-layer key once, counted apart) and warm passes (pieces cached).
+overlap flags (optimize.space.enumerate_space's static rules applied), evaluated by AnalyticBatch: cold (the
+first evaluation of the whole space by a new AnalyticBatch, every compute key's reduced job lowered and costed
+and every data-parallel degree priced, as a search pays it) and warm (everything cached), in configurations/s.
 numpy runs on one thread (OMP/OpenBLAS/MKL threads set to 1 before it is imported).
 """
 
@@ -94,9 +95,10 @@ def main() -> None:
     n_fit = int(est.fits.sum())
     best = int(max(range(len(cands)), key=lambda i: est.samples_per_s[i] if est.fits[i] else 0.0))
     print(f"batched: {len(cands):,} configurations (space {en.space_size:,}, statically pruned "
-          f"{sum(en.pruned.values()):,}), {ab.reduced_jobs} reduced jobs costed")
-    print(f"  first pass (costing every key once): {first:.1f} s = {len(cands) / first:,.0f} configurations/s")
-    print(f"  warm (pieces cached): best {1e3 * again[0]:.1f} ms = {len(cands) / again[0]:,.0f} configurations/s "
+          f"{sum(en.pruned.values()):,}); {ab.reduced_jobs} distinct compute keys costed (one reduced job each), "
+          f"{len(ab._dp_list)} data-parallel configurations priced from {ab.dp_trees} strategy trees")
+    print(f"  cold (first evaluation, costing included): {first:.2f} s = {len(cands) / first:,.0f} configurations/s")
+    print(f"  warm (everything cached): best {1e3 * again[0]:.1f} ms = {len(cands) / again[0]:,.0f} configurations/s "
           f"(median {len(cands) / again[1]:,.0f}/s)")
     c = cands[best]
     print(f"  fastest that fits ({n_fit:,} fit): tp{c.tp} pp{c.pp} dp{c.dp} vpp{c.vpp} mb{c.micro_batch} "

@@ -507,10 +507,32 @@ def offload_memory(tree: StrategyTree, cl: Cluster, remote_memory: RemoteMemoryS
     return memory
 
 
+def comm_model(cl: Cluster, sim: SimulationSpec) -> CommModel:
+    """The job's communication model on `cl` (simulation.semantics, comm_model and calibration), as
+    `costed_program` prices collectives with it."""
+    if sim.semantics == "astra":  # ASTRA-sim's analytical backend: its system layer's settings, trainsim's levels
+        from .astra_inputs import AstraSystem, load_system
+
+        system = load_system(sim.astra_system, "simulation.astra_system", len(cl.levels)) \
+            if sim.astra_system is not None else AstraSystem()
+        return system.comm(cl.levels, scheduler=sim.scheduler)
+    if sim.comm_model == "analytical":
+        return AnalyticalComm(cl.levels, scheduler=sim.scheduler)
+    return NcclComm(cl, load_calibration(sim.calibration).comm or None)
+
+
+def job_cluster(job: JobConfig | dict[str, Any]) -> Cluster:
+    """The cluster a job runs on (its strategy sizes a preset without --nodes), without its model or tree."""
+    return _cluster(parse_job(job) if isinstance(job, dict) else job)
+
+
 def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec,
-                   remote_memory: RemoteMemorySpec | None = None) -> CostedProgram:
+                   remote_memory: RemoteMemorySpec | None = None, *, flows: bool = True,
+                   comm: CommModel | None = None) -> CostedProgram:
     """Lower the tree in the job's precision and cost every step (compute, communication, memory);
-    `remote_memory` is the job's cluster.remote_memory (the pool behind offload remote)."""
+    `remote_memory` is the job's cluster.remote_memory (the pool behind offload remote). `flows=False`: no
+    FlowBook for the graph builder (the analytic tier reads durations only; they are the same). `comm`: the
+    job's comm model on `cl` (`comm_model(cl, sim)`, the default) when the caller keeps one for many programs."""
     memory = offload_memory(tree, cl, remote_memory)  # before lowering: a pool that cannot serve it is refused
     if sim.dtype != "auto" and not cl.device.supports(sim.dtype):
         raise ConfigError("simulation.dtype", f"{cl.device.name} does not support {sim.dtype}",
@@ -528,20 +550,9 @@ def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec,
     cal = load_calibration(sim.calibration)
     cparams = cal.compute_for(cl.device)
     compute = RooflineCompute(cparams)
-    comm: CommModel
-    if sim.semantics == "astra":  # ASTRA-sim's analytical backend: its system layer's settings, trainsim's levels
-        from .astra_inputs import AstraSystem, load_system
-
-        system = load_system(sim.astra_system, "simulation.astra_system", len(cl.levels)) \
-            if sim.astra_system is not None else AstraSystem()
-        comm = system.comm(cl.levels, scheduler=sim.scheduler)
-    elif sim.comm_model == "analytical":
-        comm = AnalyticalComm(cl.levels, scheduler=sim.scheduler)
-    else:
-        comm = NcclComm(cl, cal.comm or None)
-    flows = annotate(program, cl, compute, comm, collective_host_s=cparams.collective_host_s,
-                     sharing=sim.bandwidth_sharing, exact=sim.exact, memory=memory)
-    return CostedProgram(program, precision, compute, flows, peak, cal.gamma if sim.gamma is None else sim.gamma,
+    book = annotate(program, cl, compute, comm or comm_model(cl, sim), collective_host_s=cparams.collective_host_s,
+                    sharing=sim.bandwidth_sharing, exact=sim.exact, memory=memory, flows=flows)
+    return CostedProgram(program, precision, compute, book, peak, cal.gamma if sim.gamma is None else sim.gamma,
                          cal.p2p_host_sync)
 
 
@@ -595,7 +606,7 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
     analytic = sim.fidelity == "analytic"  # closed form: no graph, so no task limit
     predicted = 0 if analytic else check_work(tree, sim).tasks  # before lowering: a too-large job is refused at once
-    costed = costed or costed_program(tree, cl, sim, remote_memory)
+    costed = costed or costed_program(tree, cl, sim, remote_memory, flows=not analytic)
     run_program = _analytic_program if analytic else _simulate_program
     result = run_program(tree, cl, sim, spec, costed, predicted, progress, timeline)
     if sim.compute_model != "roofline":  # the roofline's times are the learned model's features

@@ -10,7 +10,6 @@ the same rank (a reshape keeps positions), by name otherwise.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -45,11 +44,16 @@ class Reshard:
 
 def local_sizes(dims: Mapping[str, int], split: Split, mesh: DeviceMesh) -> dict[str, float]:
     """Per-rank extent of every dimension under a split (may be fractional for uneven splits)."""
-    return {d: n / math.prod(mesh.size(a) for a in split.get(d, ())) for d, n in dims.items()}
+    return {d: n / (mesh.group_size(split[d]) if d in split else 1) for d, n in dims.items()}
 
 
 def tensor_bytes(op: Op, dims: tuple[str, ...], split: Split, mesh: DeviceMesh, bytes_per_elem: float) -> float:
-    return bytes_per_elem * math.prod(op.dims[d] / math.prod(mesh.size(a) for a in split.get(d, ())) for d in dims)
+    """Bytes per rank of `op`'s tensor over `dims` under `split` (a loop: lowering calls it most)."""
+    n = 1.0
+    sizes = op.dims
+    for d in dims:
+        n *= sizes[d] / (mesh.group_size(split[d]) if d in split else 1)
+    return bytes_per_elem * n
 
 
 def restrict(split: Split, dims: tuple[str, ...]) -> dict[str, tuple[str, ...]]:

@@ -592,6 +592,34 @@ class _Lowerer:
         return total, own
 
 
+@dataclass
+class LayerSync:
+    """A layer's data-parallel terms as `lower` makes them: its gradient buckets and ZeRO-1/2 post-step parameter
+    all-gathers (uncosted steps), the (parameters, gradients, optimizer-state parameters) a rank stores, and its
+    ZeRO-3 parameter all-gather (gathered bytes per rank, axes; 0 bytes without one)."""
+
+    grad_sync: list[Step]
+    post_step: list[Step]
+    states: tuple[float, float, float]
+    gather_bytes: float
+    gather_axes: tuple[str, ...]
+
+
+def layer_sync(tree: StrategyTree, precision: Precision, layer: Layer, leaf: LeafConfig, tied_here: bool,
+               mesh: DeviceMesh | None = None) -> LayerSync:
+    """`layer`'s data-parallel terms (see LayerSync) on `mesh` (default: the tree's). The leaf's configs name mesh
+    axes, not sizes, so one tree serves every data-parallel degree: the analytic batch (optimize.analytic) prices
+    these per degree without lowering a job again."""
+    lw = _Lowerer(tree, precision)
+    if mesh is not None:
+        lw.mesh = mesh
+    ch = ChunkProgram(0, 0, 0, [])
+    lw.grad_sync(layer, leaf, ch, tied_here)
+    size, axes = lw.zero3_gather(layer, leaf)
+    return LayerSync(ch.grad_sync, ch.post_step, (ch.params_local, ch.grads_local, ch.optimizer_params_local),
+                     size, axes)
+
+
 def _switch_gathered(gathers: dict[str, tuple[float, tuple[str, ...]]], stored: dict[str, tuple[float, float]],
                      sizes: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float, tuple[str, ...]]]:
     """Layers whose ZeRO-3 all-gather the pool's switches do while loading (compile.offload.insert_offload):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -80,11 +81,13 @@ def _groups_per_node(ranks: np.ndarray, group_ids: np.ndarray, group: tuple[int,
     return int(counts[mine].max()) if mine.any() else 1
 
 
+@lru_cache(maxsize=4096)
 def axes_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage: int, group: tuple[int, ...],
                      gpus_per_node: int) -> int:
     """Concurrency of `group` among every group over `axes` in pipeline stage `stage` (one rank class),
     counted without building the groups: each rank of the stage is keyed by its group (its rank with
-    the `axes` coordinates zeroed)."""
+    the `axes` coordinates zeroed). Cached: a pure function of hashable inputs that many programs on one
+    mesh ask again (a search's reduced jobs)."""
     per_stage = mesh.world_size // mesh.pp
     ranks = np.arange(stage * per_stage, (stage + 1) * per_stage, dtype=np.int64)
     keys = ranks.copy()
@@ -94,14 +97,26 @@ def axes_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage: int, group:
     return _groups_per_node(ranks, keys - keys.min(), group, gpus_per_node)
 
 
+@lru_cache(maxsize=4096)
 def pair_concurrency(mesh: DeviceMesh, stage: int, other: int, group: tuple[int, ...], gpus_per_node: int) -> int:
     """Concurrency of the pair `group` among the pairs that join each rank of `stage` with its peer in
-    stage `other` (pipeline sends, the tied-embedding sum)."""
+    stage `other` (pipeline sends, the tied-embedding sum). Cached like `axes_concurrency`."""
     per_stage = mesh.world_size // mesh.pp
     mine = np.arange(stage * per_stage, (stage + 1) * per_stage, dtype=np.int64)
     ids = np.arange(per_stage, dtype=np.int64)
     ranks = np.concatenate([mine, mine + (other - stage) * per_stage])
     return _groups_per_node(ranks, np.concatenate([ids, ids]), group, gpus_per_node)
+
+
+def group_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage_rank: int, gpus_per_node: int,
+                      sharing: bool) -> tuple[tuple[int, ...], int]:
+    """The group of a collective over `axes` that holds `stage_rank`, and its static concurrency (the sibling
+    groups of its pipeline stage that share its nodes' links; 1 without `sharing`): how `annotate` prices a
+    step, for callers that price a collective of a program they do not lower (optimize.analytic)."""
+    group = tuple(mesh.group_ranks(axes, stage_rank))
+    if not sharing:
+        return group, 1
+    return group, axes_concurrency(mesh, axes, mesh.coords(stage_rank)["pp"], group, gpus_per_node)
 
 
 class _CostCache:
@@ -141,12 +156,12 @@ class _CommPricer:
     leaves every count the same. `cache` off: everything is priced anew (the reference)."""
 
     def __init__(self, mesh: DeviceMesh, cluster: Cluster, comm: CommModel, memory: MemorySystem | None, *,
-                 sharing: bool, exact: bool, cache: bool) -> None:
+                 sharing: bool, exact: bool, cache: bool, flows: bool = True) -> None:
         self.mesh, self.comm, self.memory = mesh, comm, memory
         self.sharing, self.exact, self.cache = sharing, exact, cache
         self.gpn = cluster.gpus_per_node
         self.world_size = cluster.world_size
-        self.demand_of = getattr(comm, "demand", None) if sharing else None
+        self.demand_of = getattr(comm, "demand", None) if sharing and flows else None
         self.book = FlowBook(self.gpn, _block_gpus(cluster)) if self.demand_of is not None else None
         self.shift_invariant = cache and bool(getattr(comm, "node_shift_invariant", False))
         self.aligned = cache and (mesh.world_size // mesh.pp) % self.gpn == 0  # stages of whole nodes
@@ -228,7 +243,7 @@ class _CommPricer:
 
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,
              collective_host_s: float = 0.0, *, sharing: bool = False, exact: bool = False,
-             memory: MemorySystem | None = None, cache: bool = True) -> FlowBook | None:
+             memory: MemorySystem | None = None, cache: bool = True, flows: bool = True) -> FlowBook | None:
     """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once).
 
     `sharing`: price calls with their static concurrency (symmetric mode only: with `exact` every
@@ -236,12 +251,13 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     a FlowBook of per-resource work when the comm model can give it (`demand`), else None.
     `memory` prices memory steps (offload loads/stores, compile.offload). `cache`: price each distinct
     (op value, local shape, phase), collective and memory access once (off: every step anew, the reference;
-    the cost models are pure functions of those, so the numbers are the same)."""
+    the cost models are pure functions of those, so the numbers are the same). `flows=False`: no FlowBook
+    even so (a caller that only reads the durations, the analytic tier; the durations are the same)."""
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
     costs = _CostCache(compute, device, dtype, cache)
-    pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache)
+    pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache, flows=flows)
     book = pricer.book
     pair_time = pricer.pair
 

@@ -2,17 +2,31 @@
 configurations of one model, cluster and global batch at once (numpy), for a search to rank with before it
 confirms the best with the event simulation.
 
-The per-layer pieces come from reduced jobs, as in optimize.bounds: one block per pipeline stage (two stages,
-so the pieces include a block that receives its input from the previous stage, the pipeline sends and the
-tied-embedding sum; one stage for configurations without a pipeline), with the configuration's tensor,
-context, expert and data degrees, micro-batch, sequence parallelism, recompute, ZeRO stage and dtype. Each
-distinct key is lowered and costed once and cut into layers by sim.analytic.replay_layers, the same replay
-the single-configuration tier runs on the whole program. A configuration's stages are then sums of those
-pieces (first stage: embedding + blocks; others: a received block + blocks; last: + the head), and the
-pipeline depth, micro-batch count, virtual stages, schedule and overlap flags go into sim.analytic.evaluate
-as arrays. It agrees with `simulate(..., fidelity="analytic")` up to what the reduced job cannot see (a
-wrap-around send of the interleaved schedule, the tied-embedding sum between stages further apart):
-tests/test_analytic.py checks the agreement.
+Two kinds of terms, priced apart so that a search pays for few lowerings:
+
+- Per-layer compute and feature communication (the forward, backward and zero-bubble W of each layer, the
+  TP/CP/EP collectives inside them, the pipeline sends, the tied-embedding sum) come from reduced jobs, as in
+  optimize.bounds: three blocks on two pipeline stages (embedding + a block | a received block, a block that
+  follows a block, the head), so the pieces include a block that receives its input from the previous stage.
+  One reduced job per *compute key* (tensor, context and expert degrees, micro-batch, sequence parallelism,
+  recompute, TP-communication overlap, CP communication, zero-bubble split), lowered and costed once and cut
+  into layers by sim.analytic.replay_layers, the replay the single-configuration tier runs on the whole
+  program. Its data-parallel degree is only what places a stage on the nodes as the real one (the sibling
+  groups per node that share links), without ZeRO.
+- Data-parallel terms are priced per data-parallel degree and ZeRO stage directly from the lowering's and the
+  cost layer's own functions (compile.program.layer_sync: the gradient buckets, ZeRO-1/2 post-step all-gather,
+  ZeRO-3 gathers and stored states `lower` makes; cost.annotate.group_concurrency + the job's comm model: what
+  `annotate` charges for them), one strategy tree per (tp, cp, ep, SP, ZeRO) serving every degree, collectives
+  cached per (GPUs, call, bytes, axes, stage). ZeRO-3's per-layer gathers enter the compute pieces in closed
+  form: each gather is prefetched while the previous layer runs (a chunk's first layer waits for all of it),
+  the compute under it runs slower by gamma, and the gathered weights sit on top of the layer's peak.
+
+A configuration's stages are sums of those pieces (first chunk: embedding + blocks; others: a received block +
+blocks; last: + the head), composed for the whole batch with numpy (`_Phases`, the arrays version of
+sim.analytic.PhaseCost), and the pipeline depth, micro-batch count, virtual stages, schedule and overlap flags
+go into sim.analytic.evaluate as arrays. It agrees with `simulate(..., fidelity="analytic")` up to what the
+reduced job cannot see (a wrap-around send of the interleaved schedule, the tied-embedding sum between stages
+further apart, the exact overlap of ZeRO-3 gathers): tests/test_analytic.py checks the agreement.
 """
 
 from __future__ import annotations
@@ -22,16 +36,24 @@ from typing import Any
 
 import numpy as np
 
-from ..api import costed_program, job_tree
+from ..api import comm_model, costed_program, job_cluster, job_tree
 from ..compile.graph import split_backward
-from ..compile.program import ChunkProgram
-from ..config import parse_job
-from ..cost.annotate import optimizer_time
+from ..compile.program import ChunkProgram, Step, layer_sync
+from ..config import SimulationSpec, parse_job
+from ..cost.annotate import group_concurrency, optimizer_time
+from ..cost.comm import CommModel
 from ..cost.memory import RUNTIME_RESERVED_BYTES
 from ..hardware.cluster import Cluster
-from ..sim.analytic import CATEGORIES, SCHEDULES, PhaseCost, StageBatch, combine, evaluate, replay_layers
-from ..workload.ir import Model
+from ..sim.analytic import CATEGORIES, SCHEDULES, PhaseCost, StageBatch, evaluate, replay_layers, stack
+from ..strategy.mesh import DeviceMesh
+from ..strategy.tree import LeafConfig
+from ..workload.ir import Layer, Model
 from .space import Candidate
+
+_DP, _COMPUTE, _RECOMPUTE = (CATEGORIES.index(c) for c in ("dp", "compute", "recompute"))
+_LEAD = ("embedding", "first", "inner", "recv")  # compute roles of a reduced job before its tail layers
+PHASES = ("fwd", "bwd", "w")
+_FEW = 8  # batches up to this size are composed per candidate and cached (AnalyticBatch._one)
 
 
 @dataclass
@@ -47,36 +69,85 @@ class BatchEstimate:
 
 
 @dataclass
-class _Chunk:
-    """One chunk type's phases per micro-batch and per-iteration terms (see `_chunk`)."""
-
-    fwd: PhaseCost
-    bwd: PhaseCost
-    w: PhaseCost
-    reduce_s: float
-    first_reduce_s: float
-    last_bwd_s: float
-    post_s: float
-    state_bytes: float
-    optimizer_params: float
-
-
-@dataclass
 class _Pieces:
-    """Per layer role of a reduced job: phases, buckets and states; sends and the embedding sum."""
+    """A compute key's reduced job cut into layer roles (embedding, first, inner, recv, tail:NAME)."""
 
-    fwd: dict[str, PhaseCost]
-    bwd: dict[str, PhaseCost]
-    w: dict[str, PhaseCost]
-    reduce_s: dict[str, float]
-    post_s: dict[str, float]
-    state_bytes: dict[str, float]
-    optimizer_params: dict[str, float]
-    head: list[str]  # the layers after the blocks (head, loss), in order
+    phases: dict[str, dict[str, PhaseCost]]  # phase (fwd, bwd, w) -> role -> per micro-batch
+    w_frees: dict[str, bool]  # role -> its last backward step is a weight gradient (zero bubble: freed in W)
+    tails: list[str]  # the tail roles, in order
     send_fwd_s: float
     send_bwd_s: float
     embedding_s: float
-    model_flops: dict[str, float]  # per micro-batch and rank, forward + backward (no recompute)
+    model_flops: dict[str, float]  # role -> per micro-batch and rank, forward + backward (no recompute)
+    zero_bubble: bool  # the backward split into B and W
+
+
+@dataclass
+class _DpTerms:
+    """One data-parallel configuration's per-layer terms by role (embedding, block, tail:NAME)."""
+
+    reduce_s: dict[str, float]  # gradient buckets, per iteration
+    post_s: dict[str, float]  # ZeRO-1/2 parameter all-gather after the step
+    state_bytes: dict[str, float]  # parameters, gradients and optimizer states stored
+    optimizer_params: dict[str, float]  # the optimizer shard the rank steps
+    gather_s: dict[str, float]  # ZeRO-3 parameter all-gather before the layer, per micro-batch and phase
+    gather_bytes: dict[str, float]  # ... and the gathered weights it holds during the layer
+
+
+@dataclass
+class _Phases:
+    """sim.analytic.PhaseCost over a batch: every field an (N,) array, parts (N, len(CATEGORIES))."""
+
+    busy: np.ndarray
+    host: np.ndarray
+    synced: np.ndarray
+    net: np.ndarray
+    peak: np.ndarray
+    parts: np.ndarray
+
+    @staticmethod
+    def zeros(n: int) -> _Phases:
+        z = np.zeros(n)
+        return _Phases(z, z, z, z, z, np.zeros((n, len(CATEGORIES))))
+
+    def add(self, o: _Phases) -> _Phases:
+        """PhaseCost.add, elementwise."""
+        return _Phases(self.busy + o.busy, self.host + o.host, np.maximum(self.synced + o.busy, self.host + o.synced),
+                       self.net + o.net, np.maximum(self.peak, self.net + o.peak), self.parts + o.parts)
+
+    def scaled(self, k: np.ndarray) -> _Phases:
+        """PhaseCost.scaled, elementwise (k <= 0: nothing)."""
+        kk = np.maximum(k, 0).astype(float)
+        pos = kk > 0
+        return _Phases(self.busy * kk, self.host * kk,
+                       np.where(pos, self.synced + (kk - 1) * np.maximum(self.busy, self.host), 0.0), self.net * kk,
+                       np.where(pos, self.peak + np.maximum(self.net, 0.0) * (kk - 1), 0.0), self.parts * kk[:, None])
+
+    def shifted(self, wait_s: np.ndarray, slow_s: np.ndarray, peak_bytes: np.ndarray,
+                net_bytes: np.ndarray) -> _Phases:
+        """This phase after a ZeRO-3 gather: `wait_s` more waiting on it (dp), `slow_s` of compute slowed under it,
+        its gathered weights on top of the peak (and `net_bytes` still held when the phase ends)."""
+        parts = self.parts.copy()
+        parts[:, _DP] += wait_s
+        parts[:, _COMPUTE] += slow_s
+        extra = wait_s + slow_s
+        return _Phases(self.busy + extra, self.host, self.synced + extra, self.net + net_bytes,
+                       self.peak + peak_bytes, parts)
+
+
+class _CachedComm:
+    """A comm model's `time`, memoised per call: the reduced jobs of one cluster repeat their collectives."""
+
+    def __init__(self, comm: CommModel) -> None:
+        self.comm = comm
+        self._times: dict[tuple, float] = {}
+
+    def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float:
+        key = (collective, size_bytes, group, concurrency)
+        t = self._times.get(key)
+        if t is None:
+            t = self._times[key] = self.comm.time(collective, size_bytes, group, concurrency)
+        return t
 
 
 class AnalyticBatch:
@@ -88,223 +159,482 @@ class AnalyticBatch:
         self.cluster = cluster
         self.capacity_bytes = cluster.device.hbm_bytes - RUNTIME_RESERVED_BYTES
         self.blocks = sum(1 for la in model.layers if la.kind == "transformer")
-        self._pieces: dict[tuple, _Pieces] = {}
-        self._rows: dict[tuple, dict[str, Any]] = {}
-        self._flops: dict[tuple, tuple[float, float]] = {}
+        self._pieces: dict[tuple, int] = {}  # compute key -> index into _piece_list
+        self._piece_list: list[_Pieces] = []
+        self._trees: dict[tuple, tuple[Any, dict[str, tuple[Layer, LeafConfig]], list[str]]] = {}
+        self._dp: dict[tuple, int] = {}  # data-parallel key -> index into _dp_list
+        self._dp_list: list[_DpTerms] = []
+        self._comms: dict[int, _CachedComm] = {}  # GPUs of a reduced cluster -> its comm model
+        self._prices: dict[tuple, float] = {}
+        self._tables: dict[tuple, tuple[int, Any]] = {}  # see _table
+        self._composed: dict[Candidate, StageBatch] = {}  # see _one
+        self._sim: SimulationSpec | None = None
+        self._precision = None
         self._compute = None
         self._gamma = 0.0
         self._host_sync = True
         self._peak_flops = 0.0
-        self.reduced_jobs = 0
+        self.reduced_jobs = 0  # compute keys lowered and costed
+        self.dp_trees = 0  # strategy trees built for the data-parallel terms
 
-    # -- pieces --------------------------------------------------------------------------------------
-    def _key(self, c: Candidate) -> tuple:
-        return (c.tp, c.cp, c.ep, c.dp, c.micro_batch, c.sequence_parallel, c.recompute, c.zero, c.tp_comm_overlap,
-                c.cp_comm, c.schedule == "zb-h1" and c.vpp == 1, min(c.pp, 2))
+    # -- reduced jobs ----------------------------------------------------------------------------------
+    def _feature_dp(self, c: Candidate) -> int:
+        """The reduced job's data-parallel degree: enough replicas that a stage spans the nodes the real one
+        does (up to a whole node: the same sibling TP/CP/EP groups and pipeline pairs share a node's links),
+        a multiple of ep."""
+        per_node = max(1, self.cluster.gpus_per_node // (c.tp * c.cp))
+        return c.ep * max(1, min(c.dp, per_node) // c.ep)
 
-    def pieces(self, c: Candidate) -> _Pieces:
-        """The reduced job of `c`'s key, lowered, costed and cut into layer roles (cached per key)."""
-        key = self._key(c)
-        if key in self._pieces:
-            return self._pieces[key]
-        pp = key[-1]
-        zb = key[-2]
+    def _pp(self) -> int:
+        """Stages of a reduced job: two (the pieces include a received block) when the model has blocks."""
+        return 2 if self.blocks >= 3 else 1
+
+    def _job(self, c: Candidate, *, dp: int, pp: int, zero: int, micro_batch: int, recompute: str,
+             zb: bool) -> dict[str, Any]:
+        """A reduced job: two stages of embedding + one block | two blocks + the head (one stage: two blocks)."""
         job = {k: dict(v) for k, v in self.base.items()}
-        job["model"]["layers"] = 2 * pp  # two blocks a stage: the second one follows a block (ZeRO-3 prefetch)
+        job["model"]["layers"] = 3 if pp == 2 else 2
         gpn = self.cluster.gpus_per_node
-        world = c.tp * c.cp * c.dp * pp
+        world = c.tp * c.cp * dp * pp
         job["cluster"] = {**job.get("cluster", {}), "nodes": max(1, world // gpn)}
         if world < gpn:
             job["cluster"]["gpus_per_node"] = world
-        job["strategy"] = {"tp": c.tp, "cp": c.cp, "ep": c.ep, "dp": c.dp, "pp": pp, "vpp": 1,
-                           "sequence_parallel": c.sequence_parallel, "micro_batch": c.micro_batch,
-                           "global_batch": c.micro_batch * c.dp, "recompute": c.recompute, "zero": c.zero,
+        job["strategy"] = {"tp": c.tp, "cp": c.cp, "ep": c.ep, "dp": dp, "pp": pp, "vpp": 1,
+                           "sequence_parallel": c.sequence_parallel, "micro_batch": micro_batch,
+                           "global_batch": micro_batch * dp, "recompute": recompute, "zero": zero,
                            "tp_comm_overlap": c.tp_comm_overlap, "cp_comm": c.cp_comm,
                            "schedule": "zb-h1" if zb else "1f1b"}
-        jc = parse_job(job)
+        if pp == 2:
+            job["strategy"]["first_stage_layers"] = 1
+        return job
+
+    def _key(self, c: Candidate) -> tuple:
+        """What changes the per-layer compute and feature-collective costs (not dp beyond placement, nor ZeRO)."""
+        return (c.tp, c.cp, c.ep, self._feature_dp(c), c.micro_batch, c.sequence_parallel, c.recompute,
+                c.tp_comm_overlap, c.cp_comm, c.schedule == "zb-h1" and c.vpp == 1)
+
+    def _piece_index(self, c: Candidate) -> int:
+        key = self._key(c)
+        i = self._pieces.get(key)
+        if i is None:
+            i = self._pieces[key] = len(self._piece_list)
+            self._piece_list.append(self._cost_pieces(c, key[-1]))
+        return i
+
+    def pieces(self, c: Candidate) -> _Pieces:
+        """The reduced job of `c`'s compute key, lowered, costed and cut into layer roles (cached per key)."""
+        return self._piece_list[self._piece_index(c)]
+
+    def _cost_pieces(self, c: Candidate, zb: bool) -> _Pieces:
+        pp = self._pp()
+        jc = parse_job(self._job(c, dp=self._feature_dp(c), pp=pp, zero=0, micro_batch=c.micro_batch,
+                                 recompute=c.recompute, zb=zb))
         cl, _, tree = job_tree(jc)
-        costed = costed_program(tree, cl, jc.simulation)
+        costed = costed_program(tree, cl, jc.simulation, flows=False, comm=self._comm(cl.world_size, jc.simulation))
         self.reduced_jobs += 1
-        self._compute = costed.compute
+        self._sim, self._precision, self._compute = jc.simulation, costed.precision, costed.compute
         self._gamma, self._host_sync, self._peak_flops = costed.gamma, costed.p2p_host_sync, costed.peak_flops
         program = costed.program
-        prec = costed.precision
-        out = _Pieces({}, {}, {}, {}, {}, {}, {}, [], 0.0, 0.0, program.embedding_sync_s, {})
+        out = _Pieces({ph: {} for ph in PHASES}, {}, [], 0.0, 0.0, program.embedding_sync_s, {}, zb)
         kinds = {la.name: la.kind for la in tree.model.layers}
         for ch in program.chunks:
-            roles = _roles(ch, kinds, pp)
-            for phase, layers in (("fwd", replay_layers(ch.fwd, costed.gamma)), *self._backward(ch, zb, costed.gamma)):
+            roles = _roles(ch, kinds)
+            for phase, layers in (("fwd", replay_layers(ch.fwd, costed.gamma)), *_backward(ch, zb, costed.gamma)):
                 for name, pc in layers.items():
-                    getattr(out, phase)[roles[name]] = pc
-            for s in ch.grad_sync:
-                out.reduce_s[roles[s.layer]] = out.reduce_s.get(roles[s.layer], 0.0) + s.duration_s
-            for s in ch.post_step:
-                out.post_s[roles[s.layer]] = out.post_s.get(roles[s.layer], 0.0) + s.duration_s
-            for name, (p, g, o) in ch.layer_states.items():
-                out.state_bytes[roles[name]] = p * prec.param_bytes + g * prec.grad_bytes + o * prec.optimizer_bytes
-                out.optimizer_params[roles[name]] = o
-            out.head += [roles[x] for x in ch.layers if roles[x].startswith("tail:")]
+                    out.phases[phase][roles[name]] = pc
+            last_bwd: dict[str, Step] = {s.layer: s for s in ch.bwd}
+            out.w_frees.update({roles[x]: zb and s.phase == "wgrad" for x, s in last_bwd.items()})
+            out.tails += [roles[x] for x in ch.layers if roles[x].startswith("tail:")]
             per_layer: dict[str, float] = {}
             for s in (*ch.fwd, *ch.bwd):
                 per_layer[s.layer] = per_layer.get(s.layer, 0.0) + s.model_flops
             out.model_flops.update({roles[x]: f for x, f in per_layer.items()})  # one layer per role
             out.send_fwd_s = max(out.send_fwd_s, ch.send_fwd_s)
             out.send_bwd_s = max(out.send_bwd_s, ch.send_bwd_s)
-        self._pieces[key] = out
         return out
 
-    @staticmethod
-    def _backward(ch: ChunkProgram, zb: bool, gamma: float) -> list[tuple[str, dict[str, PhaseCost]]]:
-        if not zb:
-            return [("bwd", replay_layers(ch.bwd, gamma))]
-        b_half, w_half = split_backward(ch.bwd)
-        return [("bwd", replay_layers(b_half, gamma)), ("w", replay_layers(w_half, gamma))]
+    # -- data-parallel terms ---------------------------------------------------------------------------
+    def _tree(self, c: Candidate) -> tuple[Any, dict[str, tuple[Layer, LeafConfig]], list[str]]:
+        """A reduced job's strategy tree for (tp, cp, ep, SP, ZeRO), its layers and leaves, and its layer names
+        (embedding, one block, the tail) by role; the leaf configs name mesh axes, so it serves every dp."""
+        key = (c.tp, c.cp, c.ep, c.sequence_parallel, c.zero)
+        if key not in self._trees:
+            jc = parse_job(self._job(c, dp=c.dp, pp=self._pp(), zero=c.zero, micro_batch=1, recompute="none",
+                                     zb=False))
+            _, _, tree = job_tree(jc)
+            tree.resolve()
+            self.dp_trees += 1
+            leaves = {node.layer.name: (node.layer, node.leaf) for node, _, _ in tree.leaves()}
+            self._trees[key] = (tree, leaves, list(leaves))
+        return self._trees[key]
 
-    def _chunk(self, pc: _Pieces, kind: str, blocks: int) -> _Chunk:
-        """A chunk of `blocks` blocks: 'first' (embedding + blocks), 'mid' (a received block + blocks), 'last'
-        (mid + the head) or 'both' (no pipeline: embedding + blocks + head)."""
-        lead = ["embedding", "first"] if kind in ("first", "both") else ["recv"]
-        inner = blocks - 1
-        tail = pc.head if kind in ("last", "both") else []
-        order = [*lead, *(["inner"] if inner > 0 else []), *tail]
-        counts = {x: 1 for x in order} | ({"inner": inner} if inner > 0 else {})
+    def _comm(self, world: int, sim: SimulationSpec) -> _CachedComm:
+        """The comm model of a reduced job's cluster of `world` GPUs (as `_job` sizes it), shared by its jobs."""
+        if world not in self._comms:
+            gpn = self.cluster.gpus_per_node
+            cluster = {**self.base.get("cluster", {}), "nodes": max(1, world // gpn)}
+            if world < gpn:
+                cluster["gpus_per_node"] = world
+            self._comms[world] = _CachedComm(comm_model(job_cluster({**self.base, "cluster": cluster, "strategy": {}}),
+                                                        sim))
+        return self._comms[world]
 
-        def phase(table: dict[str, PhaseCost], names: list[str]) -> PhaseCost:
-            return combine([table.get(x, PhaseCost()).scaled(counts[x]) for x in names])
+    def _price(self, mesh: DeviceMesh, step: Step, stage: int) -> float:
+        """What cost.annotate charges for a collective step of a program on `mesh` at pipeline rank `stage`."""
+        world = mesh.world_size
+        key = (world, mesh.tp, mesh.cp, mesh.ep, mesh.dp, step.collective, step.size_bytes, step.axes, stage)
+        if key not in self._prices:
+            assert self._sim is not None
+            gpn = min(self.cluster.gpus_per_node, world)
+            group, conc = group_concurrency(mesh, step.axes, mesh.rank({"pp": stage}), gpn,
+                                            self._sim.bandwidth_sharing and not self._sim.exact)
+            self._prices[key] = self._comm(world, self._sim).time(step.collective, step.size_bytes, group, conc)
+        return self._prices[key]
 
-        rev = order[::-1]
-        last_layer = order[-1]
-        return _Chunk(phase(pc.fwd, order), phase(pc.bwd, rev), phase(pc.w, rev),
-                      sum(pc.reduce_s.get(x, 0.0) * counts[x] for x in order), pc.reduce_s.get(order[0], 0.0),
-                      pc.bwd.get(last_layer, PhaseCost()).busy_s, sum(pc.post_s.get(x, 0.0) * counts[x] for x in order),
-                      sum(pc.state_bytes.get(x, 0.0) * counts[x] for x in order),
-                      sum(pc.optimizer_params.get(x, 0.0) * counts[x] for x in order))
+    def _dp_index(self, c: Candidate) -> int:
+        pp = 1 if c.pp == 1 else self._pp()
+        key = (c.tp, c.cp, c.ep, c.sequence_parallel, c.zero, c.dp, pp)
+        i = self._dp.get(key)
+        if i is None:
+            i = self._dp[key] = len(self._dp_list)
+            self._dp_list.append(self.dp_terms(c))
+        return i
 
-    def _stage_rows(self, c: Candidate) -> dict[str, Any]:
-        """The distinct stage rows of `c` (no pipeline: one; else first, middle and last) as StageBatch fields,
-        and which row each stage takes."""
-        key = (self._key(c), c.pp, c.vpp)
-        if key in self._rows:
-            return self._rows[key]
-        pc = self.pieces(c)
-        p, v = c.pp, c.vpp
-        n = p * v
-        if self.blocks % n:
-            raise ValueError(f"{self.blocks} blocks do not split evenly over {n} chunks")
-        k = self.blocks // n
-        kinds = ["both"] if n == 1 else ["first", *(["mid"] * (n - 2)), "last"]
-        chunk_of = {kd: self._chunk(pc, kd, k) for kd in set(kinds)}
-        types = ["only"] if p == 1 else ["first", "mid", "last"] if p > 2 else ["first", "last"]
-        stage_of = {"only": 0, "first": 0, "mid": 1, "last": p - 1}
-        rows = []
-        for t in types:
-            r = stage_of[t]
-            chunks = [chunk_of[kinds[vc * p + r]] for vc in range(v)]
-            rows.append(self._row(pc, chunks, r, p))
-        table = {f: np.array([row[f] for row in rows]) for f in rows[0]}
-        self._rows[key] = {"table": table, "types": types}
-        return self._rows[key]
+    def dp_terms(self, c: Candidate) -> _DpTerms:
+        """`c`'s data-parallel terms by role, priced on the reduced job's mesh with `c`'s data-parallel degree
+        (its stages: one without a pipeline, else two): what that reduced job's lowering and annotation give."""
+        self._piece_index(c)  # the simulation settings and precision come with the first reduced job
+        pp = 1 if c.pp == 1 else self._pp()
+        tree, leaves, names = self._tree(c)
+        mesh = DeviceMesh(tp=c.tp, cp=c.cp, ep=c.ep, dp=c.dp // c.ep, pp=pp)
+        prec = self._precision
+        assert prec is not None
+        out = _DpTerms({}, {}, {}, {}, {}, {})
+        blocks = [x for x in names if leaves[x][0].kind == "transformer"]
+        for name in names:
+            layer, leaf = leaves[name]
+            if layer.kind == "transformer" and name != blocks[0]:
+                continue  # every block alike: the first stands for them
+            role = _dp_role(layer)
+            stage = pp - 1 if role.startswith("tail:") else 0
+            ls = layer_sync(tree, prec, layer, leaf, pp == 1 and layer.tied_to in leaves, mesh)
+            out.reduce_s[role] = sum(self._price(mesh, s, stage) for s in ls.grad_sync)
+            out.post_s[role] = sum(self._price(mesh, s, stage) for s in ls.post_step)
+            p, g, o = ls.states
+            out.state_bytes[role] = p * prec.param_bytes + g * prec.grad_bytes + o * prec.optimizer_bytes
+            out.optimizer_params[role] = o
+            gather = Step("", "collective", 0, "dp", collective="all_gather", axes=ls.gather_axes,
+                          size_bytes=ls.gather_bytes)
+            out.gather_s[role] = self._price(mesh, gather, stage) if ls.gather_bytes > 0 else 0.0
+            out.gather_bytes[role] = ls.gather_bytes
+        return out
 
-    def _row(self, pc: _Pieces, chunks: list[_Chunk], r: int, p: int) -> dict[str, Any]:
-        row: dict[str, Any] = {}
-        for phase in ("fwd", "bwd", "w"):
-            pcs = [getattr(ch, phase) for ch in chunks]
-            row[f"{phase}_s"] = sum(x.busy_s for x in pcs)
-            row[f"{phase}_host_s"] = sum(x.host_s for x in pcs)
-            row[f"{phase}_sync_s"] = sum(x.synced_s for x in pcs)
-        row["parts_s"] = [sum(getattr(ch, ph).parts.get(cat, 0.0) for ch in chunks for ph in ("fwd", "bwd", "w"))
-                          for cat in CATEGORIES]
-        v = len(chunks)
-        row["send_fwd_s"] = pc.send_fwd_s * (v - (r == p - 1)) if p > 1 else 0.0
-        row["send_bwd_s"] = pc.send_bwd_s * (v - (r == 0)) if p > 1 else 0.0
-        row["reduce_s"] = sum(ch.reduce_s for ch in chunks)
-        row["first_reduce_s"] = chunks[0].first_reduce_s
-        row["last_layer_bwd_s"] = chunks[-1].last_bwd_s
-        row["embedding_s"] = pc.embedding_s if p > 1 and r in (0, p - 1) else 0.0
-        assert self._compute is not None
-        row["optimizer_s"] = optimizer_time(sum(ch.optimizer_params for ch in chunks), self.cluster, self._compute)
-        row["post_s"] = sum(ch.post_s for ch in chunks)
-        row["static_bytes"] = sum(ch.state_bytes for ch in chunks)
-        row["act_bytes"] = [ch.fwd.net_bytes for ch in chunks]
-        row["fwd_peak_bytes"] = max(ch.fwd.peak_bytes for ch in chunks)
-        row["bwd_peak_bytes"] = max(ch.fwd.net_bytes + ch.bwd.peak_bytes for ch in chunks)
-        row["w_held_bytes"] = max(ch.fwd.net_bytes + ch.bwd.net_bytes for ch in chunks) if pc.w else 0.0
-        return row
+    # -- tables over the keys costed so far (rebuilt when a key is added) -----------------------------------
+    def _table(self, key: tuple, size: int, build: Any) -> Any:
+        hit = self._tables.get(key)
+        if hit is None or hit[0] != size:
+            hit = self._tables[key] = (size, build())
+        return hit[1]
+
+    def role_table(self, phase: str, role: str) -> _Phases:
+        """A role's phase per compute key, (K,) arrays."""
+        def build() -> _Phases:
+            rows = [pc.phases[phase].get(role, PhaseCost()) for pc in self._piece_list]
+            parts = np.array([[r.parts.get(cat, 0.0) for cat in CATEGORIES] for r in rows])
+            return _Phases(*(np.array([getattr(r, f) for r in rows])
+                             for f in ("busy_s", "host_s", "synced_s", "net_bytes", "peak_bytes")), parts)
+        return self._table(("role", phase, role), len(self._piece_list), build)
+
+    def w_free_table(self, role: str) -> np.ndarray:
+        return self._table(("w_free", role), len(self._piece_list),
+                           lambda: np.array([pc.w_frees.get(role, False) for pc in self._piece_list]))
+
+    def dp_table(self, table: str, role: str) -> np.ndarray:
+        """A data-parallel term (a _DpTerms field) of a role (embedding, block, tail:NAME) per dp key, (D,)."""
+        return self._table(("dp", table, role), len(self._dp_list),
+                           lambda: np.array([getattr(t, table).get(role, 0.0) for t in self._dp_list]))
 
     # -- the batch -----------------------------------------------------------------------------------
-    def stage_batch(self, candidates: list[Candidate]) -> StageBatch:
-        """The candidates as one StageBatch (stage rows gathered by index, no Python loop over stages)."""
-        n = len(candidates)
-        p_max = max(c.pp for c in candidates)
-        v_max = max(c.vpp for c in candidates)
-        rows = [self._stage_rows(c) for c in candidates]
-        # one table of every distinct row, and per candidate the index of its first / middle / last row
-        tables: dict[int, int] = {}
-        offsets = np.zeros((n, 3), dtype=np.int64)
-        parts: list[dict[str, np.ndarray]] = []
-        start = 0
-        for i, rw in enumerate(rows):
-            ident = id(rw)
-            if ident not in tables:
-                tables[ident] = start
-                parts.append(rw["table"])
-                start += len(rw["types"])
-            base = tables[ident]
-            k = len(rw["types"])
-            offsets[i] = (base, base + (1 if k == 3 else 0), base + k - 1)
-        fields_ = parts[0].keys()
-        big: dict[str, np.ndarray] = {}
-        for f in fields_:
-            arrays = [t[f] for t in parts]
-            if arrays[0].ndim == 2 and f == "act_bytes":
-                arrays = [np.pad(a, [(0, 0), (0, v_max - a.shape[1])]) for a in arrays]
-            big[f] = np.concatenate(arrays)
-        pp = np.array([c.pp for c in candidates])
-        stage = np.arange(p_max)[None, :]
-        idx = np.where(stage == 0, offsets[:, :1], np.where(stage == pp[:, None] - 1, offsets[:, 2:], offsets[:, 1:2]))
-        mask = stage < pp[:, None]
-        out: dict[str, np.ndarray] = {}
-        for f, arr in big.items():
-            g = arr[idx]
-            if g.ndim == 2:
-                out[f] = np.where(mask, g, 0.0)
-            else:
-                out[f] = np.where(mask[:, :, None], g, 0.0)
-        return StageBatch(
-            pp=pp, vpp=np.array([c.vpp for c in candidates]),
-            micro_batches=np.array([c.micro_batches for c in candidates]),
-            schedule=np.array([SCHEDULES.index("interleaved" if c.vpp > 1 else c.schedule) for c in candidates]),
-            max_ongoing=np.zeros(n, dtype=np.int64),
-            overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in candidates]),
-            overlap_param_gather=np.array([c.overlap_param_gather for c in candidates]),
-            host_sync=np.full(n, self._host_sync), gamma=np.full(n, self._gamma), **out)
+    def _indices(self, candidates: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate, its compute key's and data-parallel terms' indices (costing what is new)."""
+        return (np.array([self._piece_index(c) for c in candidates]),
+                np.array([self._dp_index(c) for c in candidates]))
 
-    def _flops_per_sample(self, c: Candidate) -> float:
+    def stage_batch(self, candidates: list[Candidate]) -> StageBatch:
+        """The candidates as one StageBatch, composed with numpy (no Python loop over candidates or stages
+        beyond finding each one's keys)."""
+        kid, did = self._indices(candidates)
+        return _Compose(self, candidates, kid, did).batch()
+
+    def _one(self, c: Candidate, kid: int, did: int) -> StageBatch:
+        """One candidate's StageBatch, composed once (its pieces never change)."""
+        if c not in self._composed:
+            self._composed[c] = _Compose(self, [c], np.array([kid]), np.array([did])).batch()
+        return self._composed[c]
+
+    def _flops_per_sample(self, kid: np.ndarray, candidates: list[Candidate]) -> np.ndarray:
         """Model FLOPs of one sample through the whole model (a stage's ranks hold 1 / (tp cp) of each layer)."""
-        pc = self.pieces(c)
-        f = pc.model_flops
-        per_rank = f.get("embedding", 0.0) + self.blocks * f.get("inner", 0.0) + sum(f.get(x, 0.0) for x in pc.head)
-        return per_rank * c.tp * c.cp / c.micro_batch
+        per_key = np.array([pc.model_flops.get("embedding", 0.0) + self.blocks * pc.model_flops.get("inner", 0.0)
+                            + sum(pc.model_flops.get(x, 0.0) for x in pc.tails) for pc in self._piece_list])
+        scale = np.array([c.tp * c.cp / c.micro_batch for c in candidates], dtype=float)
+        return per_key[kid] * scale
 
     def evaluate(self, candidates: list[Candidate]) -> BatchEstimate:
-        """The analytic tier's answers for `candidates` (all of this model, cluster and global batch)."""
-        batch = self.stage_batch(candidates)
-        est = evaluate(batch)
+        """The analytic tier's answers for `candidates` (all of this model, cluster and global batch). Evaluated
+        per pipeline depth: a batch's arrays are as wide as its deepest pipeline."""
+        n = len(candidates)
+        kid, did = self._indices(candidates)
+        pp = np.array([c.pp for c in candidates])
+        iteration, peak = np.zeros(n), np.zeros(n)
+        if n <= _FEW:  # a few: their composed stages cached one by one (composing is per batch, not per row)
+            few = [self._one(c, int(k), int(d)) for c, k, d in zip(candidates, kid, did, strict=True)]
+            est = evaluate(few[0] if n == 1 else stack(few))
+            iteration[:], peak[:] = est.iteration_s, est.peak_bytes.max(axis=1)
+        for depth in np.unique(pp) if n > _FEW else ():
+            rows = np.flatnonzero(pp == depth)
+            group = [candidates[i] for i in rows]
+            est = evaluate(_Compose(self, group, kid[rows], did[rows]).batch())
+            iteration[rows] = est.iteration_s
+            peak[rows] = est.peak_bytes.max(axis=1)
         gb = np.array([c.global_batch for c in candidates], dtype=float)
         world = np.array([c.tp * c.pp * c.cp * c.dp for c in candidates], dtype=float)
-        model_flops = np.array([self._flops_per_sample(c) for c in candidates]) * gb
-        samples = gb / est.iteration_s
+        model_flops = self._flops_per_sample(kid, candidates) * gb
+        samples = gb / iteration
         seq = self.model.seq_len
-        tokens = samples * seq if seq else np.full(len(candidates), np.nan)
-        mfu = model_flops / est.iteration_s / world / self._peak_flops
-        peak = est.peak_bytes.max(axis=1)
-        return BatchEstimate(est.iteration_s, samples, tokens, mfu, peak, peak <= self.capacity_bytes)
+        tokens = samples * seq if seq else np.full(n, np.nan)
+        mfu = model_flops / iteration / world / self._peak_flops
+        return BatchEstimate(iteration, samples, tokens, mfu, peak, peak <= self.capacity_bytes)
 
 
-def _roles(ch: ChunkProgram, kinds: dict[str, str], pp: int) -> dict[str, str]:
-    """Each layer of a reduced chunk by its role: embedding, inner (a block after another layer of its chunk),
-    first (the block after the embedding), inner (a block after a block), recv (the block a chunk starts with, its
-    input received), tail:NAME (what follows the blocks)."""
+KINDS = ("first", "mid", "last", "both")
+
+
+def _kind_code(g: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Index into KINDS of the model's chunk `g` of `total`: first, last, both (the only one), else mid."""
+    return np.where(total == 1, 3, np.where(g == 0, 0, np.where(g == total - 1, 2, 1)))
+
+
+class _Compose:
+    """One batch's stages from the role tables: chunks of each kind (first: embedding + blocks; mid: a received
+    block + blocks; last: mid + the tail; both: the whole model), then stages of chunks."""
+
+    def __init__(self, ab: AnalyticBatch, candidates: list[Candidate], kid: np.ndarray, did: np.ndarray) -> None:
+        self.ab = ab
+        self.candidates = candidates
+        self.n = len(candidates)
+        self.kid, self.did = kid, did
+        self.pp = np.array([c.pp for c in candidates])
+        self.vpp = np.array([c.vpp for c in candidates])
+        chunks = self.pp * self.vpp
+        if np.any(ab.blocks % chunks):
+            bad = candidates[int(np.argmax(ab.blocks % chunks != 0))]
+            raise ValueError(f"{ab.blocks} blocks do not split evenly over {bad.pp * bad.vpp} chunks")
+        self.k = ab.blocks // chunks  # blocks per chunk
+        self.tails = ab._piece_list[0].tails
+        self.zb = np.array([pc.zero_bubble for pc in ab._piece_list])[kid]
+        self.gamma = ab._gamma
+        self._tables: dict[tuple, Any] = {}
+        self.unit = np.ones(self.n, dtype=np.int64)
+        self.gathers = any(bool((self.dp("gather_bytes", r) > 0).any()) for r in ("embedding", "first", *self.tails))
+
+    # role tables gathered per candidate (cached per role)
+    def piece(self, phase: str, role: str) -> _Phases:
+        key = ("piece", phase, role)
+        if key not in self._tables:
+            t = self.ab.role_table(phase, role)
+            self._tables[key] = _Phases(*(getattr(t, f)[self.kid] for f in ("busy", "host", "synced", "net", "peak",
+                                                                          "parts")))
+        return self._tables[key]
+
+    def dp(self, table: str, role: str) -> np.ndarray:
+        """A data-parallel term of a role per candidate (the block roles share the block's)."""
+        key = ("dp", table, role)
+        if key not in self._tables:
+            self._tables[key] = self.ab.dp_table(table, "block" if role in _LEAD[1:] else role)[self.did]
+        return self._tables[key]
+
+    def w_free(self, role: str) -> np.ndarray:
+        key = ("w_free", role)
+        if key not in self._tables:
+            self._tables[key] = self.ab.w_free_table(role)[self.kid]
+        return self._tables[key]
+
+    # chunks
+    def segments(self, kind: str) -> list[tuple[str, np.ndarray]]:
+        """A chunk's layers in forward order as (role, count) runs (`self.unit`: one layer for every candidate)."""
+        one = self.unit
+        lead = [("embedding", one), ("first", one)] if kind in ("first", "both") else [("recv", one)]
+        tail = [(t, one) for t in self.tails] if kind in ("last", "both") else []
+        return [*lead, ("inner", self.k - 1), *tail]
+
+    def chain(self, segs: list[tuple[str, np.ndarray]], phase: str) -> tuple[_Phases, np.ndarray]:
+        """The runs one after the other as one phase (and the busy time of the first layer it runs). A layer with
+        a ZeRO-3 gather waits for what of it the previous layer did not hide (the chunk's first layer for all
+        of it) and runs its compute slower by gamma under it; W (zero bubble) has no gathers but frees the
+        gathered weights a layer's last weight gradient held."""
+        zero = np.zeros(self.n)
+        acc = _Phases.zeros(self.n)
+        prev, first = zero, zero
+        started = np.zeros(self.n, dtype=bool)
+        for role, count in segs:
+            base = self.piece(phase, role)
+            one = rest = base
+            if self.gathers:
+                g_s, g_b = self.dp("gather_s", role), self.dp("gather_bytes", role)
+                held = np.where(self.zb & self.w_free(role), g_b, 0.0)
+                if phase == "w":
+                    one = rest = base.shifted(zero, zero, zero, -held)
+                else:
+                    slow = self.gamma * np.minimum(g_s, base.parts[:, _COMPUTE] + base.parts[:, _RECOMPUTE])
+                    net = held if phase == "bwd" else zero
+                    one = base.shifted(np.maximum(g_s - prev, 0.0), slow, g_b, net)
+                    rest = base.shifted(np.maximum(g_s - base.busy, 0.0), slow, g_b, net)
+            if count is self.unit:  # one layer each: no repeats to scale
+                acc = acc.add(one)
+                first = np.where(started, first, one.busy)
+                started = self.unit > 0
+                prev = base.busy
+                continue
+            has = count >= 1
+            acc = acc.add(one.scaled(has.astype(np.int64))).add(rest.scaled(count - 1))
+            first = np.where(~started & has, one.busy, first)
+            started = started | has
+            prev = np.where(has, base.busy, prev)
+        return acc, first
+
+    def chunk(self, kind: str) -> dict[str, Any]:
+        """One chunk kind's phases, its last layer's backward, and its data-parallel sums."""
+        segs = self.segments(kind)
+        fwd, _ = self.chain(segs, "fwd")
+        bwd, last_bwd = self.chain(segs[::-1], "bwd")
+        w = self.chain(segs[::-1], "w")[0] if self.zb.any() else _Phases.zeros(self.n)
+        out: dict[str, Any] = {"fwd": fwd, "bwd": bwd, "w": w, "last_bwd": last_bwd,
+                               "first_reduce": self.dp("reduce_s", segs[0][0])}
+        for table in ("reduce_s", "post_s", "state_bytes", "optimizer_params"):
+            out[table] = sum(self.dp(table, role) * count for role, count in segs)
+        return out
+
+    def no_chunk(self) -> dict[str, Any]:
+        """A chunk kind no candidate of the batch has (zeros, counted zero times)."""
+        z = np.zeros(self.n)
+        empty = _Phases.zeros(self.n)
+        return {"fwd": empty, "bwd": empty, "w": empty, "last_bwd": z, "first_reduce": z, "reduce_s": z,
+                "post_s": z, "state_bytes": z, "optimizer_params": z}
+
+    # stages
+    def stage_rows(self, ch: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+        """Per stage type (s0: the first stage, sm: a middle one, sl: the last) and candidate: the sums and
+        maxima over the stage's v chunks (chunk vc of stage r is the model's chunk vc p + r)."""
+        n, p, v = self.n, self.pp, self.vpp
+        vc = np.arange(int(v.max()))[None, :]
+        valid = vc < v[:, None]
+        rows: dict[str, dict[str, np.ndarray]] = {}
+        for st, r in (("s0", 0 * p), ("sm", 1 + 0 * p), ("sl", p - 1)):
+            code = _kind_code(vc * p[:, None] + r[:, None], (p * v)[:, None])
+            cnt = {kd: ((code == i) & valid).sum(axis=1) for i, kd in enumerate(KINDS)}
+            present = {kd: c > 0 for kd, c in cnt.items()}
+            row: dict[str, np.ndarray] = {}
+            for ph in PHASES:
+                for f, suffix in (("busy", ""), ("host", "_host"), ("synced", "_sync")):
+                    row[f"{ph}{suffix}_s"] = sum(cnt[kd] * getattr(ch[kd][ph], f) for kd in KINDS)
+            row["parts_s"] = sum(cnt[kd][:, None] * (ch[kd]["fwd"].parts + ch[kd]["bwd"].parts + ch[kd]["w"].parts)
+                                 for kd in KINDS)
+            for t in ("reduce_s", "post_s", "state_bytes", "optimizer_params"):
+                row[t] = sum(cnt[kd] * ch[kd][t] for kd in KINDS)
+            row["fwd_peak"] = _max_of(present, {kd: ch[kd]["fwd"].peak for kd in KINDS})
+            row["bwd_peak"] = _max_of(present, {kd: ch[kd]["fwd"].net + ch[kd]["bwd"].peak for kd in KINDS})
+            row["w_held"] = np.where(self.zb, _max_of(present, {kd: ch[kd]["fwd"].net + ch[kd]["bwd"].net
+                                                              for kd in KINDS}), 0.0)
+            last_code = np.take_along_axis(code, (v - 1)[:, None], axis=1)[:, 0]
+            row["first_reduce_s"] = _by_kind(code[:, 0], ch, "first_reduce")
+            row["last_layer_bwd_s"] = _by_kind(last_code, ch, "last_bwd")
+            rows[st] = row
+        assert all(x["fwd_s"].shape == (n,) for x in rows.values())
+        return rows
+
+    def batch(self) -> StageBatch:
+        n, p, v = self.n, self.pp, self.vpp
+        total = p * v
+        used = {"both": bool((total == 1).any()), "first": bool((total > 1).any()), "last": bool((total > 1).any()),
+                "mid": bool((total > 2).any())}
+        ch = {kind: self.chunk(kind) if used[kind] else self.no_chunk() for kind in KINDS}
+        rows = self.stage_rows(ch)
+        p_max, v_max = int(p.max()), int(v.max())
+        stage = np.arange(p_max)[None, :]
+        pc = p[:, None]
+        mask = stage < pc
+        which = np.where(stage == 0, 0, np.where(stage == pc - 1, 2, 1))  # the stage type of each stage
+
+        at = np.arange(n)[:, None]
+
+        def spread(key: str) -> np.ndarray:
+            vals = np.stack([rows[st][key] for st in ("s0", "sm", "sl")], axis=1)
+            return np.where(mask, vals[at, which], 0.0)
+
+        out = {f"{ph}{x}_s": spread(f"{ph}{x}_s") for ph in PHASES for x in ("", "_host", "_sync")}
+        parts = np.stack([rows[st]["parts_s"] for st in ("s0", "sm", "sl")], axis=1)  # (N, 3, C)
+        out["parts_s"] = np.where(mask[:, :, None], parts[at, which], 0.0)
+        pieces = self.ab._piece_list
+        send_f, send_b, emb = (np.array([getattr(x, f) for x in pieces])[self.kid][:, None]
+                               for f in ("send_fwd_s", "send_bwd_s", "embedding_s"))
+        multi = mask & (pc > 1)
+        vv = v[:, None].astype(float)
+        out["send_fwd_s"] = np.where(multi, send_f * (vv - (stage == pc - 1)), 0.0)
+        out["send_bwd_s"] = np.where(multi, send_b * (vv - (stage == 0)), 0.0)
+        out["embedding_s"] = np.where(multi & ((stage == 0) | (stage == pc - 1)), emb, 0.0)
+        for key in ("reduce_s", "first_reduce_s", "last_layer_bwd_s", "post_s"):
+            out[key] = spread(key)
+        assert self.ab._compute is not None
+        out["optimizer_s"] = np.where(mask, optimizer_time(spread("optimizer_params"), self.ab.cluster,
+                                                           self.ab._compute), 0.0)
+        out["static_bytes"] = spread("state_bytes")
+        out["fwd_peak_bytes"] = spread("fwd_peak")
+        out["bwd_peak_bytes"] = spread("bwd_peak")
+        out["w_held_bytes"] = spread("w_held")
+        # activations a stage's forward keeps, per virtual chunk (vc p + r of the model)
+        vc = np.arange(v_max)[None, None, :]
+        code = _kind_code(vc * pc[:, :, None] + stage[:, :, None], (p * v)[:, None, None])  # (N, P, V)
+        nets = np.stack([ch[kd]["fwd"].net for kd in KINDS], axis=1)  # (N, 4)
+        act = nets[np.arange(n)[:, None, None], code]
+        out["act_bytes"] = np.where(mask[:, :, None] & (vc < v[:, None, None]), act, 0.0)
+        cands = self.candidates
+        return StageBatch(
+            pp=p, vpp=v, micro_batches=np.array([c.micro_batches for c in cands]),
+            schedule=np.array([SCHEDULES.index("interleaved" if c.vpp > 1 else c.schedule) for c in cands]),
+            max_ongoing=np.zeros(n, dtype=np.int64),
+            overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in cands]),
+            overlap_param_gather=np.array([c.overlap_param_gather for c in cands]),
+            host_sync=np.full(n, self.ab._host_sync), gamma=np.full(n, self.gamma), **out)
+
+
+def _max_of(present: dict[str, np.ndarray], values: dict[str, np.ndarray]) -> np.ndarray:
+    """Per candidate, the largest value among the chunk kinds its stage holds (0 if none)."""
+    out = np.full(len(next(iter(values.values()))), -np.inf)
+    for kd, val in values.items():
+        out = np.maximum(out, np.where(present[kd], val, -np.inf))
+    return np.where(np.isfinite(out), out, 0.0)
+
+
+def _by_kind(code: np.ndarray, ch: dict[str, dict[str, Any]], field: str) -> np.ndarray:
+    """Per candidate, `field` of the chunk kind `code` indexes (KINDS)."""
+    return np.take_along_axis(np.stack([ch[kd][field] for kd in KINDS], axis=1), code[:, None], axis=1)[:, 0]
+
+
+def _backward(ch: ChunkProgram, zb: bool, gamma: float) -> list[tuple[str, dict[str, PhaseCost]]]:
+    if not zb:
+        return [("bwd", replay_layers(ch.bwd, gamma))]
+    b_half, w_half = split_backward(ch.bwd)
+    return [("bwd", replay_layers(b_half, gamma)), ("w", replay_layers(w_half, gamma))]
+
+
+def _dp_role(layer: Layer) -> str:
+    return {"embedding": "embedding", "transformer": "block"}.get(layer.kind, f"tail:{layer.name}")
+
+
+def _roles(ch: ChunkProgram, kinds: dict[str, str]) -> dict[str, str]:
+    """Each layer of a reduced chunk by its role: embedding, first (the block after the embedding), inner (a
+    block after a block), recv (the block a chunk starts with, its input received), tail:NAME (what follows
+    the blocks)."""
     out: dict[str, str] = {}
     for i, name in enumerate(ch.layers):
         kind = kinds[name]
