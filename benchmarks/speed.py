@@ -49,7 +49,7 @@ walls = []
 for _ in range({repeat}):
     t = time.perf_counter(); r = simulate(job); walls.append(time.perf_counter() - t)
 print(json.dumps({{"wall_s": min(walls), "cold_s": cold, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "tasks": r.n_tasks, "iteration_s": r.iteration_time_s, "mfu": r.mfu, "fold": r.fold}}))
+                  "tasks": r.n_tasks, "iteration_s": r.iteration_time_s, "mfu": r.mfu, "fold": getattr(r, "fold", None)}}))
 """
 
 

@@ -122,18 +122,20 @@ def _neighbourhood(graph: ExecutionGraph, trace: SimTrace, mb: np.ndarray, tasks
     and stream predecessors, the micro-batches of tasks started before it ended and of tasks still running
     when it started (everything that may share its links, its host or its overlap slowdown)."""
     h = 0
-    prev_in_queue: dict[int, int] = {}
-    for q in graph.queues.values():
-        for a, b in zip(q, q[1:], strict=False):
-            prev_in_queue[b] = a
+    mine = np.zeros(len(graph), dtype=bool)
+    mine[tasks] = True
+    for q in graph.queues.values():  # each task's predecessor on every stream it runs on
+        if len(q) > 1:
+            ids = np.asarray(q)
+            before, after = ids[:-1], ids[1:]
+            keep = mine[after] & (mb[before] >= 0)
+            if keep.any():
+                h = max(h, int(np.abs(mb[after][keep] - mb[before][keep]).max()))
     for t in tasks.tolist():
         k = mb[t]
         for d in graph.deps[t]:
             if mb[d] >= 0:
                 h = max(h, abs(k - mb[d]))
-        p = prev_in_queue.get(t)
-        if p is not None and mb[p] >= 0:
-            h = max(h, abs(k - mb[p]))
     start = np.asarray(trace.start_s)
     end = np.asarray(trace.end_s)
     valid = np.flatnonzero(mb >= 0)
