@@ -638,7 +638,8 @@ def _folded_run(program: Program, build: dict[str, Any], engine: dict[str, Any],
         share = max(1, predicted * reduced // m)
         graph = build_graph(program, **build, micro_batches=reduced,
                             progress=(lambda k, n=share: progress("building graph", k, n)) if progress else None)
-        trace = run(graph, **engine, progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
+        trace = run(graph, **engine, record_memory=False,  # a folded result keeps no timeline
+                    progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
         fold = find_fold(graph, trace, reduced, m, period)
         summary = fold_summary(graph, trace, fold) if fold is not None else None
         if fold is not None and summary is not None:
