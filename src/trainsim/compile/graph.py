@@ -367,16 +367,15 @@ def _renamed(specs: list[_Spec], naming: _Naming, steps: list[Step]) -> list[_Sp
 
 def _signature(steps: list[Step], demand_of: Callable[[Step], Demand | None] | None) -> tuple:
     """Everything coarsen reads of a step list but the names: two chunks with equal signatures coarsen to the
-    same specs (a layer's position shows only as whether it is the previous step's layer)."""
+    same specs (a layer shows as the order in which it first appears, which is all coarsen compares)."""
     sig = []
-    prev_layer = None
+    layers: dict[str, int] = {}
     for s in steps:
         demand = demand_of(s) if demand_of is not None and s.kind == "collective" else None
         sig.append((s.kind, s.stream, s.category, s.deps, s.duration_s, s.host_s, s.alloc_bytes, s.free_bytes,
                     bool(s.grad_bucket), s.axes, s.collective, s.access, s.size_bytes,
-                    tuple(s.parts.items()) if s.parts else None, s.layer == prev_layer,
+                    tuple(s.parts.items()) if s.parts else None, layers.setdefault(s.layer, len(layers)),
                     (demand[0], tuple(demand[1].items())) if demand else None))
-        prev_layer = s.layer
     return tuple(sig)
 
 
