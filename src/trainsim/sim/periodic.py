@@ -43,6 +43,7 @@ from .result import (
     class_breakdown,
     critical_path,
     exposed_time,
+    is_compute,
     task_parts,
     time_by_category,
 )
@@ -176,7 +177,7 @@ def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, pe
     net = np.asarray(graph.mem_net_bytes)
     # pairs (k - period, k) for the micro-batches with the common task count (not the first and the last)
     shifts: list[float | None] = [None] * m_reduced
-    lockstep = True  # the host issues every period exactly Delta later too (else it runs further ahead)
+    lockstep = [True] * m_reduced  # the host issues Delta later too (else it runs further ahead every period)
     for k in range(1 + period, m_reduced - 1):
         a, b = groups[k - period], groups[k]
         delta = start[b[0]] - start[a[0]]
@@ -186,7 +187,7 @@ def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, pe
         host_step = issue[b][issued[b]] - issue[a][issued[a]]
         if np.any(host_step > delta + tol):  # the host falls behind the GPU: it would bind more every period
             continue
-        lockstep &= bool(np.all(np.abs(host_step - delta) <= tol))
+        lockstep[k] = bool(np.all(np.abs(host_step - delta) <= tol))
         pa, pb = pred[a], pred[b]
         has = pa >= 0
         if not np.array_equal(has, pb >= 0):
@@ -220,7 +221,7 @@ def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, pe
     assert delta is not None
     if delta <= 0:
         return None
-    if not lockstep and not _host_never_binds(graph, trace, np.flatnonzero((mb >= cut) | (mb < 0)), tol):
+    if not all(lockstep[lo:hi]) and not _host_never_binds(graph, trace, np.flatnonzero((mb >= cut) | (mb < 0)), tol):
         return None
     period_tasks = np.concatenate(groups[cut:cut + period])
     for c in range(len(graph.classes)):  # a period frees what it allocates: memory does not drift
@@ -265,14 +266,13 @@ def fold_summary(graph: ExecutionGraph, trace: SimTrace, fold: Fold) -> FoldedSu
         for t in period_tasks.tolist():
             if c not in graph.participants[t]:
                 continue
-            s = graph.stream[t]
-            if s == Stream.COMPUTE or (s >= len(Stream) and graph.kind[t] == "compute"):
+            if is_compute(graph, t):
                 for k, v in task_parts(graph, trace, t):
                     period[k if k in period else "compute"] += v
         per_class.append({k: base[k] + n * period[k] for k in BREAKDOWN_KEYS})
     path = critical_path(graph, trace)
     index = {t: i for i, t in enumerate(path)}
-    near = range(fold.cut - fold.neighbourhood, fold.cut + fold.period_micro_batches + fold.neighbourhood)
+    near = range(fold.cut - fold.neighbourhood, fold.cut + fold.neighbourhood)  # a task and its twin verified
     pos = {t: (k, j) for k in near for j, t in enumerate(groups[k].tolist())}
     segment: tuple[int, int] | None = None  # path[a] and path[b] are one task and its copy a period later
     for i, t in enumerate(path):

@@ -149,7 +149,7 @@ def class_breakdown(graph: ExecutionGraph, trace: SimTrace, cls: int, horizon_s:
     last_bwd_end = 0.0
     for t in class_tasks(graph, cls):
         s, e = trace.start_s[t], trace.end_s[t]
-        if e > s and _is_compute(graph, t):
+        if e > s and is_compute(graph, t):
             for k, v in _split(graph, t, e - s):
                 out[k if k in out else "compute"] += v
             if graph.category[t] != "optimizer":
@@ -165,7 +165,8 @@ def class_tasks(graph: ExecutionGraph, cls: int) -> list[int]:
     return [t for stream in [*Stream, *extra] for t in graph.queues.get((cls, stream), [])]
 
 
-def _is_compute(graph: ExecutionGraph, t: int) -> bool:
+def is_compute(graph: ExecutionGraph, t: int) -> bool:
+    """A compute-stream task (or a replayed trace's compute kernel on a stream of its own)."""
     s = graph.stream[t]
     return s == Stream.COMPUTE or (s >= len(Stream) and graph.kind[t] == "compute")
 
@@ -186,7 +187,7 @@ def exposed_time(graph: ExecutionGraph, trace: SimTrace, cls: int, lo: float, hi
     start = np.clip(np.fromiter((trace.start_s[t] for t in tasks), float, len(tasks)), lo, hi)
     end = np.clip(np.fromiter((trace.end_s[t] for t in tasks), float, len(tasks)), lo, hi)
     column = {k: i for i, k in enumerate(_LABELS)}
-    label = np.fromiter((0 if _is_compute(graph, t) else column.get(graph.category[t], len(_LABELS))
+    label = np.fromiter((0 if is_compute(graph, t) else column.get(graph.category[t], len(_LABELS))
                          for t in tasks), np.int64, len(tasks))
     keep = end > start
     start, end, label = start[keep], end[keep], label[keep]
