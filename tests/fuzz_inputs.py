@@ -99,8 +99,9 @@ CELLS = st.sampled_from(["", "x", "nan", "inf", "-1", "0", "1", "8", "2", "64", 
                          "h100", "all_reduce", "1024", '"1,2"'])
 CSV_FORMATS = [  # (header, a valid row): each drawn row is the valid one with some cells replaced
     ("case_id,tier,subset,model_name,arch,n_layers,hidden,n_heads,seq_len,vocab,params_b,gpu,n_gpus,"
-     "gpus_per_node,dp,tp,pp,micro_batch,global_batch,iter_time_s,flops_convention",
-     "r1,A,core,GPT-1.3B,GPT,24,2048,16,2048,51200,1.3,A100-SXM4,8,8,4,2,1,2,64,1.5,Megatron model FLOPs"),
+     "gpus_per_node,dp,tp,pp,micro_batch,global_batch,iter_time_s,flops_convention,peak_mem_gib,mem_kind",
+     "r1,A,core,GPT-1.3B,GPT,24,2048,16,2048,51200,1.3,A100-SXM4,8,8,4,2,1,2,64,1.5,Megatron model FLOPs,20.5,"
+     "allocated"),
     ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
      "data parallelism,pipeline parallelism,iteration time (ms)", "8,16,2,1024,16,4,512,2,4,1,120.5"),
     ("source_id,collective,size_bytes,time_us,n_gpus,n_nodes,gpus_per_node,gpu,inter_fabric",

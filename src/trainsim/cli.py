@@ -323,6 +323,10 @@ def validate(
     if quiet and not outs.to_stdout:  # with the JSON on stdout, the report stays off it
         print(f"{kind}: n={s['n']} skipped={s['skipped']} mape={s['mape']:.2f}% median={s['median_ape']:.2f}% "
               f"max={s['max_ape']:.2f}% spearman={s['spearman']:.3f} kendall={s['kendall']:.3f}")
+        if s.get("memory", {}).get("n"):
+            m = s["memory"]
+            print(f"memory: n={m['n']} mape={m['mape']:.2f}% median={m['median_ape']:.2f}% max={m['max_ape']:.2f}% "
+                  f"oom_wrong={m['oom_wrong']}")
     elif not outs.to_stdout:
         print_validation(report, show_all=all_rows)
     if by_cols and not outs.to_stdout:

@@ -7,6 +7,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+MEMORY_METRIC = "peak_mem_gib"  # the metric of a row compared for memory only (it measured no time)
+
 
 @dataclass
 class Outcome:
@@ -15,6 +17,11 @@ class Outcome:
     `metric` names the measured quantity in the row's own terms (iter_time_s, tflops_per_gpu, mfu_pct,
     samples_per_s, time_us, ...). `group` keys the ranking group (several strategies of one model in
     one source); `throughput_*` are what ranking compares (higher is better).
+
+    `memory_*_gib` are the row's measured peak memory and trainsim's predicted peak of the fullest stage, in
+    GiB (None where the row states no memory); `mem_kind` is what the measurement counts (allocated, reserved
+    or unstated); `oom_predicted` is trainsim's out-of-memory verdict (None when the row was not simulated).
+    A row with a measured memory but no time metric has metric MEMORY_METRIC and no time prediction.
     """
 
     row: int
@@ -27,6 +34,17 @@ class Outcome:
     throughput_meas: float | None = None
     skipped: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    memory_measured_gib: float | None = None
+    memory_predicted_gib: float | None = None
+    mem_kind: str | None = None
+    oom_predicted: bool | None = None
+
+    @property
+    def memory_error_pct(self) -> float | None:
+        """Signed error of the predicted peak memory in percent of the measured one (None without both)."""
+        if self.memory_predicted_gib is None or not self.memory_measured_gib:
+            return None
+        return (self.memory_predicted_gib - self.memory_measured_gib) / self.memory_measured_gib * 100.0
 
     @property
     def error_pct(self) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -63,6 +63,8 @@ def print_validation(report: ValidationReport, console: Console | None = None, s
     s = report.summary()
     con.print(f"[bold]n={s['n']}[/] skipped={s['skipped']}  MAPE {_fmt(s['mape'])}%  median {_fmt(s['median_ape'])}%"
               f"  max {_fmt(s['max_ape'])}%  mean signed {_fmt(s['mean_signed_error'])}%")
+    for line in memory_lines(report):
+        con.print(line)
     if report.groups:
         con.print(f"ranking over {len(report.groups)} group(s) (throughput, size-weighted): "
                   f"Spearman {_fmt(s['spearman'])}  Kendall {_fmt(s['kendall'])}")
@@ -71,6 +73,22 @@ def print_validation(report: ValidationReport, console: Console | None = None, s
             "" if report.semantics == "nccl" else " (--semantics nccl: trainsim's NCCL-like model and the gap)"))
     if report.semantics == "nccl":
         print_gap_terms(report, con)
+
+
+def memory_line(label: str, m: dict[str, Any]) -> str:
+    """One line of peak-memory error statistics (ValidationReport.memory_summary's keys)."""
+    return (f"{label} n={m['n']}  MAPE {_fmt(m['mape'])}%  median {_fmt(m['median_ape'])}%  max {_fmt(m['max_ape'])}%"
+            f"  predicted OOM but ran: {m['oom_wrong']}")
+
+
+def memory_lines(report: ValidationReport) -> list[str]:
+    """The peak-memory summary (overall, then per mem_kind), where any compared row measured its memory."""
+    m = report.memory_summary()
+    if not m["n"]:
+        return []
+    by_kind = report.memory_by_kind()
+    return [memory_line("[bold]memory[/] (predicted peak of the fullest stage vs measured):", m),
+            *(memory_line(f"  {kind}:", k) for kind, k in by_kind.items())]
 
 
 def print_gap_terms(report: ValidationReport, console: Console | None = None) -> None:

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 from ..errors import ConfigError
 from ..files import read_csv
-from .cases import Outcome, skip, skips_by_reason
-from .stats import error_summary, group_stats, kendall, spearman
+from .cases import MEMORY_METRIC, Outcome, skip, skips_by_reason
+from .stats import error_summary, group_stats, kendall, memory_stats, spearman
 
 MIN_GROUP = 3  # a ranking group needs at least this many strategies
 T = TypeVar("T")
@@ -50,26 +50,52 @@ class ValidationReport:
     def skipped(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.skipped is not None]
 
+    @property
+    def memory_compared(self) -> list[Outcome]:
+        """Simulated rows with a measured peak memory (those with a time metric and the memory-only ones)."""
+        return [o for o in self.outcomes if o.skipped is None and o.memory_error_pct is not None]
+
+    @property
+    def listed(self) -> list[Outcome]:
+        """The rows the JSON lists: every time-compared row and every memory-only row, in input order."""
+        return [o for o in self.outcomes if o.skipped is None
+                and (o.error_pct is not None or (o.metric == MEMORY_METRIC and o.memory_error_pct is not None))]
+
+    def memory_summary(self) -> dict[str, Any]:
+        """memory_stats over every memory-compared row."""
+        return _memory_stats(self.memory_compared)
+
+    def memory_by_kind(self) -> dict[str, dict[str, Any]]:
+        """memory_stats per mem_kind (allocated, reserved, unstated) of the rows that have one."""
+        by: dict[str, list[Outcome]] = defaultdict(list)
+        for o in self.memory_compared:
+            by[o.mem_kind or ""].append(o)
+        return {k: _memory_stats(v) for k, v in sorted(by.items())}
+
     def summary(self) -> dict[str, Any]:
         errs = [o.error_pct for o in self.compared if o.error_pct is not None]
         s = error_summary(errs)
         rho, tau = _weighted_rank_quality(self.groups)
+        memory = {"memory": self.memory_summary(), "memory_by_kind": self.memory_by_kind()} \
+            if self.kind == "training_runs" else {}
         return {"n": len(errs), "skipped": len(self.skipped), "mape": s["mape"], "median_ape": s["median_ape"],
                 "max_ape": s["max_ape"], "mean_signed_error": s["mean_signed"], "spearman": rho, "kendall": tau,
-                "ranking_groups": len(self.groups)}
+                "ranking_groups": len(self.groups), **memory}
 
     def to_json(self) -> dict[str, Any]:
-        def num(x: float | None) -> float | None:
-            return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+        def num(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: num(v) for k, v in x.items()}
+            return None if isinstance(x, float) and math.isnan(x) else x
 
         return {
             "kind": self.kind,
             **({"semantics": self.semantics} if self.semantics else {}),
-            "summary": {k: num(v) if isinstance(v, float) else v for k, v in self.summary().items()},
+            "summary": num(self.summary()),
             "rows": [{"row": o.row, "case_id": o.case_id, "predicted": o.predicted, "measured": o.measured,
                       "metric": o.metric, "error_pct": o.error_pct, **({"group": o.group} if o.group else {}),
-                      **({"assumptions": o.tags} if o.tags else {})}
-                     for o in self.compared],
+                      **_memory_row(o), **({"assumptions": o.tags} if o.tags else {})}
+                     for o in self.listed],
             "skipped_rows": [{"row": o.row, "case_id": o.case_id, "reason": o.skipped} for o in self.skipped],
             "skipped_by_reason": {reason: len(os_) for reason, os_ in skips_by_reason(self.skipped)},
             "ranking_groups": {k: {kk: num(vv) for kk, vv in v.items()} for k, v in self.groups.items()},
@@ -79,6 +105,18 @@ class ValidationReport:
                 "groups": {k: {kk: num(vv) if isinstance(vv, float) else vv for kk, vv in v.items()}
                            for k, v in self.by_group.items()}} if self.by else {}),
         }
+
+
+def _memory_stats(outcomes: list[Outcome]) -> dict[str, Any]:
+    return memory_stats([o.memory_error_pct or 0.0 for o in outcomes], [bool(o.oom_predicted) for o in outcomes])
+
+
+def _memory_row(o: Outcome) -> dict[str, Any]:
+    """A JSON row's memory keys (none where the row measured no memory): GiB, signed error in %."""
+    if o.memory_error_pct is None:
+        return {}
+    return {"memory_measured_gib": o.memory_measured_gib, "memory_predicted_gib": o.memory_predicted_gib,
+            "memory_error": o.memory_error_pct, "mem_kind": o.mem_kind, "oom_predicted": o.oom_predicted}
 
 
 def _weighted_rank_quality(groups: dict[str, dict[str, float]]) -> tuple[float, float]:
@@ -149,7 +187,8 @@ def _simulate_row(args: tuple[str, int, dict[str, str], str | None, dict[str, An
     if isinstance(built, training_runs.RowJob):
         if res.oom:
             built.assumptions["oom"] = "trainsim predicts out-of-memory for this configuration"
-        return training_runs.outcome(i, row, built, res.iteration_time_s, res.hw_flops, float(res.model_params))
+        out = training_runs.outcome(i, row, built, res.iteration_time_s, res.hw_flops, float(res.model_params))
+        return out if out.skipped is not None else training_runs.with_memory(out, row, res.peak_memory_bytes, res.oom)
     return vtrain.outcome(i, row, job, res.iteration_time_s)
 
 

@@ -65,6 +65,17 @@ def error_summary(errors_pct: Sequence[float]) -> dict[str, float]:
             "mean_signed": float(np.mean(errors_pct))}
 
 
+def memory_stats(errors_pct: Sequence[float], oom_predicted: Sequence[bool]) -> dict[str, float]:
+    """Peak-memory error of a group of rows that ran: n, MAPE, median and max |error| (%) of the signed errors
+    `errors_pct`, and oom_wrong, the rows trainsim predicted out of memory (every measured row ran, so each
+    such verdict is wrong; a run that ran out of memory has no measured peak to compare)."""
+    if len(oom_predicted) != len(errors_pct):
+        raise ValueError("memory_stats: errors and OOM verdicts differ in length")
+    s = error_summary(errors_pct)
+    return {"n": len(errors_pct), "mape": s["mape"], "median_ape": s["median_ape"], "max_ape": s["max_ape"],
+            "oom_wrong": sum(bool(x) for x in oom_predicted)}
+
+
 MIN_RANK_N = 3  # Spearman of a group needs at least this many rows
 
 

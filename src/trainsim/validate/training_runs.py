@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cases import Outcome, skip
+from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
 
 REQUIRED_COLUMNS = ("case_id", "model_name", "arch", "gpu", "n_gpus", "flops_convention", "global_batch")
@@ -714,7 +714,9 @@ def _row_job(row: dict[str, str]) -> RowJob:
         raise RowSkip("case kind not simulated", f"'{row.get('case_kind')}' (per-layer timing)")
     metric, measured = _measured(row)
     if metric is None:
-        raise RowSkip("no measured outcome", "no iteration time, TFLOP/s, MFU or throughput")
+        if not isinstance(measured_memory(row), tuple):
+            raise RowSkip("no measured outcome", "no iteration time, TFLOP/s, MFU, throughput or peak memory")
+        metric = MEMORY_METRIC  # compared for memory only
     notes: dict[str, str] = {}
     arch = _cell(row, "arch").lower()
     n_gpus = _count(row, "n_gpus")
@@ -820,6 +822,41 @@ def _measured(row: dict[str, str]) -> tuple[str | None, float]:
     return None, math.nan
 
 
+MEM_KINDS = ("allocated", "reserved")
+UNSTATED_MEM_KIND = "unstated"
+GIB = 2.0 ** 30
+
+
+def measured_memory(row: dict[str, str]) -> tuple[float, str] | str | None:
+    """The row's measured peak memory in GiB and what it counts (allocated, reserved or unstated); None when
+    the row states none, or why the stated value cannot be compared (never a guessed kind or number)."""
+    cell = _cell(row, "peak_mem_gib")
+    if _unstated(cell):
+        return None
+    gib = _num(row, "peak_mem_gib")
+    if gib is None or gib <= 0:
+        return f"peak_mem_gib = '{cell}' is not a positive number of GiB"
+    kind = _cell(row, "mem_kind").lower()
+    if _unstated(kind):
+        return gib, UNSTATED_MEM_KIND
+    if kind not in MEM_KINDS:
+        return f"mem_kind = '{kind}' is not one of {', '.join(MEM_KINDS)} (or empty / unknown)"
+    return gib, kind
+
+
+def with_memory(out: Outcome, row: dict[str, str], peak_bytes: list[float], oom: bool) -> Outcome:
+    """`out` with trainsim's OOM verdict and, where the row measured its peak memory, the measurement, its kind
+    and the predicted peak of the fullest stage (GiB). An unusable memory cell is noted in the tags."""
+    out.oom_predicted = oom
+    mem = measured_memory(row)
+    if isinstance(mem, str):
+        out.tags["memory"] = f"not compared: {mem}"
+    elif mem is not None and peak_bytes:
+        out.memory_measured_gib, out.mem_kind = mem
+        out.memory_predicted_gib = max(peak_bytes) / GIB
+    return out
+
+
 def predicted_metric(rj: RowJob, row: dict[str, str], iteration_s: float, hw_flops: float,
                      model_params: float) -> float | str:
     """The prediction in the row's own metric (or why the conversion is impossible)."""
@@ -865,6 +902,9 @@ def implied_iteration_s(rj: RowJob, predicted: float, measured: float, iteration
 def outcome(row_index: int, row: dict[str, str], rj: RowJob, iteration_s: float, hw_flops: float,
             model_params: float) -> Outcome:
     case_id = row.get("case_id") or f"row{row_index}"
+    tags = {**rj.assumptions, "tier": row.get("tier", ""), "subset": row.get("subset", "")}
+    if rj.metric == MEMORY_METRIC:  # no time measured: no time prediction, no ranking
+        return Outcome(row_index, case_id, MEMORY_METRIC, tags=tags)
     pred = predicted_metric(rj, row, iteration_s, hw_flops, model_params)
     if isinstance(pred, str):
         return skip(row_index, case_id, pred)
@@ -873,6 +913,6 @@ def outcome(row_index: int, row: dict[str, str], rj: RowJob, iteration_s: float,
     model = row.get("model_name") or ""
     group = f"{row.get('source_group', '')}|{model}"
     return Outcome(row_index, case_id, rj.metric, pred, rj.measured, group, gb / iteration_s, gb / meas_iter,
-                   tags={**rj.assumptions, "tier": row.get("tier", ""), "subset": row.get("subset", "")})
+                   tags=tags)
 
 

@@ -1,0 +1,148 @@
+"""validate compares peak memory (issue 22, item 2): a training-runs row with peak_mem_gib gets the predicted
+peak of the fullest stage, its error and trainsim's OOM verdict; the summary gains memory statistics overall
+and per mem_kind, all computed here by hand from hand-made rows."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from training_row import BASE, training_row
+
+from trainsim.api import simulate
+from trainsim.cli import main
+from trainsim.validate import training_runs as tr
+from trainsim.validate.cases import MEMORY_METRIC
+from trainsim.validate.stats import memory_stats
+
+GIB = 2.0 ** 30
+COLUMNS = [*BASE, "peak_mem_gib", "mem_kind", "n_experts"]
+HUGE = {"n_layers": "32", "hidden": "4096", "n_heads": "32", "n_kv_heads": "32", "ffn_hidden": "16384",
+        "gpu": "A100 40GB", "gpu_mem_gb": "40", "n_gpus": "1", "dp": "1", "micro_batch": "2", "global_batch": "2"}
+ROWS: list[dict[str, str]] = [
+    training_row(case_id="alloc", peak_mem_gib="2.0", mem_kind="allocated"),
+    training_row(case_id="resv", peak_mem_gib="3.0", mem_kind="reserved", micro_batch="1", global_batch="8"),
+    training_row(case_id="mem-only", iter_time_s="", peak_mem_gib="1.5", mem_kind=""),
+    training_row(case_id="no-mem", peak_mem_gib="", mem_kind=""),
+    training_row(case_id="huge", peak_mem_gib="30", mem_kind="allocated", **HUGE),
+    training_row(case_id="smi", peak_mem_gib="4", mem_kind="nvidia-smi used"),
+    training_row(case_id="moe", peak_mem_gib="4", mem_kind="allocated", n_experts="8"),
+    training_row(case_id="nothing", iter_time_s="", peak_mem_gib="", mem_kind=""),
+]
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def _predicted(row: dict[str, str]) -> tuple[float, bool]:
+    """trainsim's peak memory of the fullest stage (GiB) and OOM verdict for a row, straight from simulate."""
+    rj = tr.row_job(row)
+    assert not isinstance(rj, str), rj
+    res = simulate(rj.job)
+    return max(res.peak_memory_bytes) / GIB, res.oom
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    d = tmp_path_factory.mktemp("mem")
+    out = d / "v.json"
+    main(["validate", str(_write(d / "runs.csv", ROWS)), "--json", str(out), "-q", "--jobs", "1"])
+    return json.loads(out.read_text())
+
+
+def test_memory_of_each_row_by_hand(report: dict[str, Any]) -> None:
+    rows = {r["case_id"]: r for r in report["rows"]}
+    assert set(rows) == {"alloc", "resv", "mem-only", "no-mem", "huge", "smi"}
+    for case, measured, kind in (("alloc", 2.0, "allocated"), ("resv", 3.0, "reserved"),
+                                 ("mem-only", 1.5, "unstated"), ("huge", 30.0, "allocated")):
+        row = next(r for r in ROWS if r["case_id"] == case)
+        pred_gib, oom = _predicted(row)
+        r = rows[case]
+        assert r["memory_measured_gib"] == measured and r["mem_kind"] == kind
+        assert r["memory_predicted_gib"] == pytest.approx(pred_gib, rel=1e-12)
+        assert r["memory_error"] == pytest.approx((pred_gib - measured) / measured * 100.0, rel=1e-12)
+        assert r["oom_predicted"] is oom
+    assert rows["huge"]["oom_predicted"] is True  # ~6.4B parameters with Adam on one 40 GB A100
+    assert rows["alloc"]["oom_predicted"] is False
+    for case in ("no-mem", "smi"):  # no measured memory / a kind that is not allocated or reserved: no memory keys
+        assert "memory_error" not in rows[case] and "memory_measured_gib" not in rows[case]
+    assert "mem_kind = 'nvidia-smi used'" in rows["smi"]["assumptions"]["memory"]
+
+
+def test_memory_only_row_leaves_time_statistics_alone(report: dict[str, Any]) -> None:
+    rows = {r["case_id"]: r for r in report["rows"]}
+    only = rows["mem-only"]
+    assert only["metric"] == MEMORY_METRIC and only["predicted"] is None and only["error_pct"] is None
+    time_rows = [r for r in report["rows"] if r["error_pct"] is not None]
+    assert report["summary"]["n"] == len(time_rows) == 5
+    assert report["summary"]["mape"] == pytest.approx(statistics.fmean(abs(r["error_pct"]) for r in time_rows))
+    skipped = {r["case_id"]: r["reason"] for r in report["skipped_rows"]}
+    assert set(skipped) == {"moe", "nothing"} and report["summary"]["skipped"] == 2
+    assert skipped["moe"].startswith("mixture of experts") and skipped["nothing"].startswith("no measured outcome")
+
+
+def test_memory_summary_by_hand_overall_and_by_kind(report: dict[str, Any]) -> None:
+    rows = [r for r in report["rows"] if "memory_error" in r]
+    apes = [abs(r["memory_error"]) for r in rows]
+    m = report["summary"]["memory"]
+    assert m["n"] == 4 and m["oom_wrong"] == 1
+    assert m["mape"] == pytest.approx(sum(apes) / 4) and m["max_ape"] == pytest.approx(max(apes))
+    assert m["median_ape"] == pytest.approx(sorted(apes)[1] / 2 + sorted(apes)[2] / 2)
+    by_kind = report["summary"]["memory_by_kind"]
+    assert set(by_kind) == {"allocated", "reserved", "unstated"}
+    alloc = [abs(r["memory_error"]) for r in rows if r["mem_kind"] == "allocated"]
+    assert by_kind["allocated"]["n"] == 2 and by_kind["allocated"]["oom_wrong"] == 1
+    assert by_kind["allocated"]["mape"] == pytest.approx(sum(alloc) / 2)
+    assert by_kind["reserved"]["n"] == 1 and by_kind["reserved"]["oom_wrong"] == 0
+    assert by_kind["reserved"]["max_ape"] == pytest.approx(abs(next(r for r in rows
+                                                                    if r["mem_kind"] == "reserved")["memory_error"]))
+
+
+def test_memory_stats_by_hand() -> None:
+    s = memory_stats([10.0, -20.0, 40.0], [False, True, False])
+    assert s == {"n": 3, "mape": pytest.approx(70 / 3), "median_ape": 20.0, "max_ape": 40.0, "oom_wrong": 1}
+    with pytest.raises(ValueError):
+        memory_stats([1.0], [])
+
+
+def test_measured_memory_never_guesses() -> None:
+    assert tr.measured_memory(training_row(peak_mem_gib="")) is None
+    assert tr.measured_memory(training_row(peak_mem_gib="not stated")) is None
+    assert tr.measured_memory(training_row(peak_mem_gib="2.5", mem_kind="Reserved")) == (2.5, "reserved")
+    assert tr.measured_memory(training_row(peak_mem_gib="2.5", mem_kind="unknown")) == (2.5, "unstated")
+    assert "not a positive number" in str(tr.measured_memory(training_row(peak_mem_gib="lots")))
+    assert "not a positive number" in str(tr.measured_memory(training_row(peak_mem_gib="0")))
+
+
+def test_console_prints_the_memory_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path / "runs.csv", ROWS[:4])
+    main(["validate", str(path), "--jobs", "1"])
+    text = capsys.readouterr().out
+    assert "memory (predicted peak of the fullest stage vs measured): n=3" in text
+    assert "allocated: n=1" in text and "reserved: n=1" in text and "unstated: n=1" in text
+    main(["validate", str(path), "--jobs", "1", "-q"])
+    quiet = capsys.readouterr().out
+    assert "memory: n=3 mape=" in quiet and "oom_wrong=0" in quiet
+
+
+def test_no_memory_column_prints_no_memory_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(BASE))
+        w.writeheader()
+        w.writerow(training_row())
+    out = tmp_path / "v.json"
+    main(["validate", str(path), "--jobs", "1", "--json", str(out)])
+    assert "memory" not in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["summary"]["memory"] == {"n": 0, "mape": None, "median_ape": None, "max_ape": None, "oom_wrong": 0}
+    assert data["summary"]["memory_by_kind"] == {} and "memory_error" not in data["rows"][0]
