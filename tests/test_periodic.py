@@ -136,3 +136,23 @@ def test_a_folded_run_reports_the_progress_of_what_it_simulates() -> None:
     built = [(d, n) for p, d, n in calls if p == "building graph"]
     assert len({n for _, n in built}) == 1 and built[-1][1] < r.n_tasks  # the reduced graph's share
     assert [d for d, _ in built] == sorted(d for d, _ in built)
+
+
+@pytest.mark.parametrize("name, model, strategy", [
+    ("interleaved", {"name": "gpt2", "layers": 8, "seq_len": 128},
+     {"pp": 2, "vpp": 2, "tp": 2, "dp": 2, "global_batch": 2 * 48}),
+    ("zero bubble", {"name": "gpt2", "layers": 8, "seq_len": 128},
+     {"pp": 2, "tp": 2, "dp": 2, "global_batch": 2 * 48, "schedule": "zb-h1"}),
+    ("accumulation, host ahead", {"name": "bert-large", "layers": 4, "seq_len": 128},
+     {"pp": 1, "dp": 8, "global_batch": 8 * 32}),
+    ("context parallel, ZeRO-3", {"name": "gpt2", "layers": 4, "seq_len": 512},
+     {"pp": 2, "cp": 2, "dp": 2, "global_batch": 2 * 40, "zero": 3}),
+    ("experts", {**TINY_MOE, "seq_len": 128}, {"pp": 2, "ep": 2, "dp": 4, "global_batch": 4 * 40}),
+])
+def test_each_kind_of_pipeline_folds_to_the_full_answer(name: str, model: dict[str, Any],
+                                                         strategy: dict[str, Any]) -> None:
+    """Each schedule and parallelism the random test draws does fold (so that test compares folded runs)."""
+    job = _job(model, strategy)
+    folded = simulate(job)
+    assert folded.fold is not None and folded.fold.startswith("folded"), (name, folded.fold)
+    _assert_same(_numbers(simulate(job, timeline=True)), _numbers(folded))
