@@ -113,7 +113,10 @@ def print_summary(r: SimulationResult, console: Console | None = None, job: str 
     con.print(b)
     if r.fidelity == "analytic":
         con.print(f"analytic tier (closed form, no timeline) in {r.simulation_wall_s:.3f} s of wall time")
+    elif r.fold and r.fold.startswith("folded"):  # sim.periodic: fewer micro-batches simulated, the rest added
+        con.print(f"predicted the iteration's {r.n_tasks} tasks in {r.simulation_wall_s:.3f} s of wall time")
+        con.print(f"[dim]{r.fold}[/dim]")
     else:
         con.print(f"simulated {r.n_tasks} tasks in {r.simulation_wall_s:.3f} s of wall time")
-    if r.fold:  # micro-batches folded (sim.periodic), or why they were not
-        con.print(f"[dim]{r.fold}[/dim]")
+        if r.fold:  # why the micro-batches were not folded
+            con.print(f"[dim]{r.fold}[/dim]")
