@@ -56,7 +56,7 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--vocab": INTS, "--attention": _choice(["flash", "unfused"]),
     "--dtype": _choice(["auto", "bf16", "fp16", "fp8", "fp32", "tf32", "int3"]), "--gamma": FLOATS,
     "--exact": None, "--no-bandwidth-sharing": None, "--granularity": _choice(["auto", "layer", "op"]),
-    "--fidelity": _choice(["event", "analytic"]),
+    "--fidelity": _choice(["event", "analytic"]), "--max-micro-batch": None,
 }
 COLLECTIVE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--op": _choice(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",

@@ -163,6 +163,8 @@ def simulate(
     search_time_limit: Annotated[float | None, Opt("--search-time-limit", help="with no parallel degree given, "
                                                    "search the strategy for at most this many seconds "
                                                    "(default 60)")] = None,
+    max_micro_batch: Annotated[bool, Opt("--max-micro-batch", help="also find the largest micro-batch that fits "
+                                         "in memory with this strategy and global batch (a few simulations)")] = False,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="no summary on stdout")] = False,
 ) -> None:
     """Predict one training iteration (no arguments: GPT-3 175B on 1024 A100-80GB, Megatron 3D parallel)."""
@@ -214,9 +216,17 @@ def simulate(
                           "drop --trace, or simulate with --fidelity event")
     with simulate_bar() as bar:
         result = run_simulation(job, progress=bar, timeline=trace_target is not None or report_target is not None)
+    fit = None
+    if max_micro_batch:
+        from .optimize.micro_batch import largest_fitting_micro_batch
+
+        fit = largest_fitting_micro_batch(job, result)
     payloads: dict[OutputTarget | None, Payload] = {}
     if json_target is not None:
-        payloads[json_target] = json_text(simulation_json(job, result, searched), "--json")
+        data = simulation_json(job, result, searched)
+        if fit is not None:
+            data["max_micro_batch"] = fit.to_json()
+        payloads[json_target] = json_text(data, "--json")
     if trace_target is not None:
         payloads[trace_target] = chrome_trace_json(result)
     if report_target is not None:
@@ -232,6 +242,8 @@ def simulate(
         # the summary names --remote-memory by its path, not by the cluster.remote_memory section it sets
         line = _job_line(config, layered, {**flags, "cluster": {**flags["cluster"], "remote_memory": remote_memory}})
         print_summary(result, job=f"{line}; {auto_note(searched)}" if searched else line)
+        if fit is not None:
+            print(fit.describe())
     write_outputs(payloads)
 
 
