@@ -40,11 +40,11 @@ from ..compile.program import Stream
 from .engine import SimTrace
 from .result import (
     BREAKDOWN_KEYS,
+    add_compute_parts,
     class_breakdown,
     critical_path,
     exposed_time,
     is_compute,
-    task_parts,
     time_by_category,
 )
 
@@ -267,8 +267,7 @@ def fold_summary(graph: ExecutionGraph, trace: SimTrace, fold: Fold) -> FoldedSu
             if c not in graph.participants[t]:
                 continue
             if is_compute(graph, t):
-                for k, v in task_parts(graph, trace, t):
-                    period[k if k in period else "compute"] += v
+                add_compute_parts(period, graph, trace, t)
         per_class.append({k: base[k] + n * period[k] for k in BREAKDOWN_KEYS})
     path = critical_path(graph, trace)
     index = {t: i for i, t in enumerate(path)}

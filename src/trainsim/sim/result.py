@@ -150,13 +150,18 @@ def class_breakdown(graph: ExecutionGraph, trace: SimTrace, cls: int, horizon_s:
     for t in class_tasks(graph, cls):
         s, e = trace.start_s[t], trace.end_s[t]
         if e > s and is_compute(graph, t):
-            for k, v in _split(graph, t, e - s):
-                out[k if k in out else "compute"] += v
+            add_compute_parts(out, graph, trace, t)
             if graph.category[t] != "optimizer":
                 last_bwd_end = max(last_bwd_end, e)
     for k, v in exposed_time(graph, trace, cls, 0.0, horizon_s, last_bwd_end).items():
         out[k] += v
     return out
+
+
+def add_compute_parts(out: dict[str, float], graph: ExecutionGraph, trace: SimTrace, t: int) -> None:
+    """Add a compute task's run time to the breakdown `out` by category (fused tasks split, `_split`)."""
+    for k, v in _split(graph, t, trace.end_s[t] - trace.start_s[t]):
+        out[k if k in out else "compute"] += v
 
 
 def class_tasks(graph: ExecutionGraph, cls: int) -> list[int]:
