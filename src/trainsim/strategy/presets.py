@@ -263,6 +263,9 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.root.recompute_mode = p.recompute
     tree.root.shard_items = frozenset(ZERO_ITEMS[p.zero])
     chunk_of = chunk_assignment(model, p.pp * p.vpp, stage_layers(model, p))
+    # A leaf's configs depend only on its ops (and the spec), and the blocks of a zoo model share their op
+    # objects: derive them once per op list, give every further layer with that list its own copy.
+    derived: dict[tuple[int, ...], LeafConfig] = {}
     for node in tree.root.walk():
         layer: Layer | None = node.layer
         if layer is None:
@@ -270,18 +273,29 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
         node.chunk = chunk_of[layer.name]
         if layer.kind in ("embedding", "head") and p.recompute != "none":
             node.recompute_mode = "none"  # Megatron checkpoints transformer layers only
-        leaf = LeafConfig()
-        for op in layer.ops:
-            split = op_split(op, p, model.batch_dim)
-            leaf.ops[op.name] = split
-            leaf.explicit[op.name] = set(op.dims)  # a preset decides every dimension
-            if op.weight is not None:
-                leaf.weights[op.name] = weight_config(op, split, p.zero)
-            elif op.extra_params:
-                leaf.extras[op.name] = state_config(split, ZERO_ITEMS[p.zero])
-        if p.sequence_parallel:
-            for op_name, tensor in SP_SAVED:
-                if op_name in leaf.ops:
-                    leaf.saved[(op_name, tensor)] = {"s": ("cp", "tp")}
-        node.leaf = leaf
+        key = tuple(map(id, layer.ops))  # the ops live as long as the model: ids are stable here
+        first = derived.get(key)
+        if first is None:
+            node.leaf = derived[key] = preset_leaf(layer, p, model.batch_dim)
+        else:
+            node.leaf = first.copy()
     return tree
+
+
+def preset_leaf(layer: Layer, p: ParallelSpec, batch_dim: str) -> LeafConfig:
+    """The preset's configs of one layer: every op's split (all its dimensions decided), weight and state
+    memory configs under ZeRO, and sequence parallelism's saved-tensor storage."""
+    leaf = LeafConfig()
+    for op in layer.ops:
+        split = op_split(op, p, batch_dim)
+        leaf.ops[op.name] = split
+        leaf.explicit[op.name] = set(op.dims)  # a preset decides every dimension
+        if op.weight is not None:
+            leaf.weights[op.name] = weight_config(op, split, p.zero)
+        elif op.extra_params:
+            leaf.extras[op.name] = state_config(split, ZERO_ITEMS[p.zero])
+    if p.sequence_parallel:
+        for op_name, tensor in SP_SAVED:
+            if op_name in leaf.ops:
+                leaf.saved[(op_name, tensor)] = {"s": ("cp", "tp")}
+    return leaf

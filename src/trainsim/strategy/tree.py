@@ -84,6 +84,19 @@ class LeafConfig:
     propagated: dict[str, set[str]] = field(default_factory=dict)  # dims `resolve` inferred, redone each time
     derived: set[str] = field(default_factory=set)  # ops whose weights / extras `resolve` derived
 
+    def copy(self) -> LeafConfig:
+        """An independent copy: every dict, set and config object fresh (primitives edit them in place),
+        the axis tuples shared (immutable). Cheaper than deriving an identical layer's configs again."""
+        return LeafConfig(
+            ops={o: dict(s) for o, s in self.ops.items()},
+            weights={o: WeightConfig(dict(w.weight), dict(w.grad), dict(w.optimizer)) for o, w in self.weights.items()},
+            extras={o: StateConfig(c.weight, c.grad, c.optimizer) for o, c in self.extras.items()},
+            saved={k: dict(s) for k, s in self.saved.items()},
+            explicit={o: set(d) for o, d in self.explicit.items()},
+            memory={k: dict(s) for k, s in self.memory.items()},
+            propagated={o: set(d) for o, d in self.propagated.items()},
+            derived=set(self.derived))
+
 
 def _axes_product(mesh: DeviceMesh, axes: Iterable[str]) -> int:
     return math.prod(mesh.size(a) for a in axes)
@@ -629,6 +642,11 @@ class StrategyTree:
         for node, _, _, _ in inherited:
             assert node.layer is not None
             leaf = node.leaf
+            if _decided(leaf, node.layer.ops):  # nothing to infer: only the layout handed to the next layer
+                last = node.layer.ops[-1]
+                split = leaf.ops[last.name]
+                prev = {d: split[d] for d in last.output if d in split}
+                continue
             outs: dict[str, Split] = {}
             cur = prev
             for op in node.layer.ops:
@@ -748,6 +766,17 @@ class StrategyTree:
         if not isinstance(data, dict):
             raise ConfigError("strategy", "the file is not a mapping", "write it with StrategyTree.to_yaml")
         return cls.from_dict(model, data)
+
+
+def _decided(leaf: LeafConfig, ops: Sequence[Op]) -> bool:
+    """Whether every dimension of every op of a (non-empty) layer was set explicitly, as presets and saved
+    trees do: dataflow propagation then changes nothing in the layer, and `_propagate` skips it."""
+    explicit, splits = leaf.explicit, leaf.ops
+    for op in ops:
+        chosen = explicit.get(op.name)
+        if chosen is None or op.name not in splits or not chosen.issuperset(op.dims):
+            return False
+    return bool(ops)
 
 
 def _load_leaf(node: StrategyNode, cfg: dict[str, Any]) -> None:

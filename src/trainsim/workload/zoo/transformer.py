@@ -210,12 +210,12 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     ]
 
 
-def _block(cfg: TransformerConfig, i: int, b: int, s: int, impl: str) -> Layer:
-    ops = [_norm("ln1", cfg, b, s), *_attention_ops(cfg, b, s, impl), _dropout_add("attn_residual", cfg, b, s),
-           _norm("ln2", cfg, b, s),
-           *(_moe_ops(cfg, b, s) if cfg.experts else _mlp_ops(cfg, b, s)),
-           _dropout_add("mlp_residual", cfg, b, s)]
-    return Layer(f"layers.{i}", "transformer", ops)
+def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
+    """The ops of one transformer block (every block has the same ones: only the layer's name differs)."""
+    return [_norm("ln1", cfg, b, s), *_attention_ops(cfg, b, s, impl), _dropout_add("attn_residual", cfg, b, s),
+            _norm("ln2", cfg, b, s),
+            *(_moe_ops(cfg, b, s) if cfg.experts else _mlp_ops(cfg, b, s)),
+            _dropout_add("mlp_residual", cfg, b, s)]
 
 
 def _embedding(cfg: TransformerConfig, b: int, s: int) -> Layer:
@@ -298,11 +298,16 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     if cfg.position == "learned" and cfg.max_positions and s > cfg.max_positions:
         raise ValueError(f"seq_len {s} exceeds {cfg.name}'s {cfg.max_positions} learned positions")
     cfg_s = replace(cfg, seq_len=s)
-    blocks = [_block(cfg_s, i, batch, s, attention) for i in range(cfg.layers)]
-    root = Module(cfg.name, [_embedding(cfg_s, batch, s), Module("layers", list(blocks)), _head(cfg_s, batch, s)])
+    embedding, head = _embedding(cfg_s, batch, s), _head(cfg_s, batch, s)
+    # One block's ops, built once: ops are frozen values, so every block's own list holds the same objects
+    # (the blocks differ only by name; lowering and costing key ops by value or per layer anyway).
+    ops = _block_ops(cfg_s, batch, s, attention)
     if cfg.kernels == "eager":
-        for layer in root.layers():
+        ops = [_eager(op, cfg) for op in ops]
+        for layer in (embedding, head):
             layer.ops = [_eager(op, cfg) for op in layer.ops]
+    blocks: list[Module | Layer] = [Layer(f"layers.{i}", "transformer", list(ops)) for i in range(cfg.layers)]
+    root = Module(cfg.name, [embedding, Module("layers", blocks), head])
     return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description,
                  assumptions=cfg.assumptions, hyper={
         "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,

@@ -1,0 +1,155 @@
+"""The fast paths of job_tree equal their reference paths on random jobs:
+
+- a zoo transformer builds one block's ops and shares them among its blocks: the same values as building
+  every block afresh, each block with a list of its own;
+- build_strategy derives a leaf's configs once per op list and copies them: equal to deriving every leaf,
+  and no leaf shares a mutable container with another (primitives edit them in place);
+- resolve skips propagation in layers whose dimensions are all decided: the same tree as the generic loop,
+  also after edits with the primitives and on a second resolve.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import trainsim.strategy.tree as tree_module
+from trainsim.errors import ConfigError
+from trainsim.strategy.presets import ParallelSpec, build_strategy, preset_leaf
+from trainsim.strategy.tree import LeafConfig, StrategyTree
+from trainsim.workload.ir import Layer, Model, Module
+from trainsim.workload.zoo import build_model, transformer_config
+from trainsim.workload.zoo.transformer import _block_ops, _eager, _embedding, _head
+
+MODELS = ("gpt2", "gpt3-125m", "llama2-7b", "llama3-8b", "mixtral-8x7b", "bert-base", "resnet50", "dlrm")
+
+
+def _reference_transformer(name: str, batch: int, attention: str, kernels: str, layers: int) -> Model:
+    """build_transformer as it was before the blocks shared their ops: every block built on its own."""
+    cfg = transformer_config(name, {"kernels": kernels}, layers=layers)
+    s = cfg.seq_len
+    blocks: list[Module | Layer] = [Layer(f"layers.{i}", "transformer", _block_ops(cfg, batch, s, attention))
+                                    for i in range(cfg.layers)]
+    root = Module(cfg.name, [_embedding(cfg, batch, s), Module("layers", blocks), _head(cfg, batch, s)])
+    if cfg.kernels == "eager":
+        for layer in root.layers():
+            layer.ops = [_eager(op, cfg) for op in layer.ops]
+    return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description, assumptions=cfg.assumptions,
+                 hyper={"layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,
+                        "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.experts,
+                        "top_k": cfg.top_k if cfg.experts else 0, "attention": attention})
+
+
+def _model_value(m: Model) -> tuple:
+    return (m.name, m.family, m.batch_dim, m.seq_len, m.description, m.hyper, m.assumptions,
+            [(la.name, la.kind, la.tied_to, la.tied_op, [op.key() for op in la.ops]) for la in m.layers])
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(MODELS[:6]), batch=st.integers(1, 8), attention=st.sampled_from(["flash", "unfused"]),
+       kernels=st.sampled_from(["fused", "eager"]), layers=st.integers(1, 6))
+def test_shared_block_ops_equal_blocks_built_apart(name: str, batch: int, attention: str, kernels: str,
+                                                   layers: int) -> None:
+    fast = build_model(name, batch, None, attention, {"kernels": kernels}, layers=layers)
+    assert _model_value(fast) == _model_value(_reference_transformer(name, batch, attention, kernels, layers))
+    lists = [la.ops for la in fast.layers]
+    assert len({id(x) for x in lists}) == len(lists)  # every layer owns its list
+
+
+def _leaf_value(leaf: LeafConfig) -> str:
+    return repr((leaf.ops, {k: vars(w) for k, w in leaf.weights.items()}, {k: vars(c) for k, c in leaf.extras.items()},
+                 leaf.saved, {k: sorted(v) for k, v in leaf.explicit.items()}, leaf.memory,
+                 {k: sorted(v) for k, v in leaf.propagated.items()}, sorted(leaf.derived)))
+
+
+def _containers(leaf: LeafConfig) -> list[Any]:
+    """Every mutable object a leaf holds."""
+    out: list[Any] = [leaf.ops, leaf.weights, leaf.extras, leaf.saved, leaf.explicit, leaf.memory, leaf.propagated,
+                      leaf.derived]
+    out += [*leaf.ops.values(), *leaf.saved.values(), *leaf.explicit.values(), *leaf.memory.values(),
+            *leaf.propagated.values(), *leaf.extras.values()]
+    for w in leaf.weights.values():
+        out += [w, w.weight, w.grad, w.optimizer]
+    return out
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> tuple[Model, ParallelSpec]:
+    name = draw(st.sampled_from(MODELS))
+    transformer = name not in ("resnet50", "dlrm")
+    tp = draw(st.sampled_from([1, 2, 4])) if transformer else 1
+    pp = draw(st.sampled_from([1, 2, 4]))
+    ep = draw(st.sampled_from([1, 2])) if name == "mixtral-8x7b" else 1
+    dp = ep * draw(st.sampled_from([1, 2]))
+    vpp = draw(st.sampled_from([1, 2])) if pp > 1 else 1
+    micro = draw(st.sampled_from([1, 2]))
+    spec = ParallelSpec(dp=dp, tp=tp, pp=pp, ep=ep, vpp=vpp, micro_batch=micro,
+                        global_batch=micro * dp * pp * draw(st.sampled_from([1, 2])),
+                        sequence_parallel=tp > 1 and draw(st.booleans()), zero=draw(st.integers(0, 3)),
+                        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+                        schedule="interleaved" if vpp > 1 else draw(st.sampled_from(["1f1b", "gpipe", "zb-h1"])))
+    dims = {"layers": draw(st.integers(4, 8))} if transformer else {}
+    model = build_model(name, micro * dp, None, draw(st.sampled_from(["flash", "unfused"])) if transformer
+                        else "flash", **dims)
+    return model, spec
+
+
+def _build(model: Model, spec: ParallelSpec) -> StrategyTree:
+    try:
+        return build_strategy(model, spec)
+    except ConfigError:
+        assume(False)
+        raise
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(job=jobs())
+def test_copied_leaves_equal_derived_leaves_and_share_nothing(job: tuple[Model, ParallelSpec]) -> None:
+    model, spec = job
+    tree = _build(model, spec)
+    leaves = [n for n in tree.root.walk() if n.layer is not None]
+    for node in leaves:
+        assert _leaf_value(node.leaf) == _leaf_value(preset_leaf(node.layer, spec, model.batch_dim))
+    seen: dict[int, str] = {}
+    for node in leaves:
+        for obj in _containers(node.leaf):
+            assert seen.setdefault(id(obj), node.name) == node.name, f"{node.name} shares a config with another"
+
+
+def _tree_value(tree: StrategyTree) -> list[tuple]:
+    return [(n.name, n.chunk, n.recompute_mode, _leaf_value(n.leaf)) for n in tree.root.walk()]
+
+
+def _edit(tree: StrategyTree, which: int) -> None:
+    """Leave some dimensions to propagation in a few layers (undecided dims, as a user's strategy does)."""
+    blocks = [n for n in tree.root.walk() if n.layer is not None and n.layer.kind == "transformer"]
+    if not blocks:
+        return
+    node = blocks[which % len(blocks)]
+    for op in node.layer.ops[1:]:
+        node.leaf.explicit[op.name] = set()
+        for d in list(node.leaf.ops[op.name])[::2]:
+            node.leaf.ops[op.name].pop(d)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(job=jobs(), which=st.integers(0, 10))
+def test_resolve_fast_path_equals_generic_propagation(job: tuple[Model, ParallelSpec], which: int) -> None:
+    model, spec = job
+    results = []
+    for fast in (True, False):
+        tree = _build(model, spec)
+        with pytest.MonkeyPatch.context() as mp:
+            if not fast:
+                mp.setattr(tree_module, "_decided", lambda leaf, ops: False)
+            tree.resolve()
+            first = _tree_value(tree)
+            _edit(tree, which)
+            tree.resolve()
+            second = _tree_value(tree)
+            tree.resolve()
+            results.append((first, second, _tree_value(tree)))
+    assert results[0] == results[1]
