@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import Precision
@@ -111,6 +111,8 @@ class Program:
     model_flops_per_iteration: float
     hw_flops_per_iteration: float
     embedding_sync_s: float = 0.0  # filled by cost.annotate
+    # the lowering's op value ids, which cost.annotate reuses for its cost cache (not part of the program's value)
+    op_values: OpValues | None = field(default=None, compare=False, repr=False)
 
     @property
     def mesh(self) -> DeviceMesh:
@@ -155,6 +157,25 @@ def _leaf_value(leaf: LeafConfig) -> tuple:
             tuple((k, tuple(v.items())) for k, v in leaf.saved.items()))
 
 
+def _same_leaf(a: LeafConfig, b: LeafConfig, b_order: tuple) -> bool:
+    """`_leaf_value(a) == _leaf_value(b)` (`b_order`: `_leaf_order(b)`), by comparing: equal configs (dict
+    equality) with their keys in the same order."""
+    return (a.ops == b.ops and a.weights == b.weights and a.extras == b.extras and a.saved == b.saved
+            and _leaf_order(a) == b_order)
+
+
+def _leaf_order(leaf: LeafConfig) -> tuple:
+    """The order of the keys of every dict in a leaf's resolved configs (which `_leaf_value` sees)."""
+    return ([*leaf.ops], [*map(list, leaf.ops.values())], [*leaf.weights],
+            [(list(w.weight), list(w.grad), list(w.optimizer)) for w in leaf.weights.values()],
+            [*leaf.extras], [*leaf.saved], [*map(list, leaf.saved.values())])
+
+
+def _same_ops(a: list[Op], b: list[Op]) -> bool:
+    """Op by op `x.key() == y.key()`, by comparing (dataclass equality, plus the order of the dims)."""
+    return all(x is y or (x == y and list(x.dims) == list(y.dims)) for x, y in zip(a, b, strict=True))
+
+
 def _tensor_key(tensor: Tensor | None) -> tuple | None:
     if tensor is None:
         return None
@@ -162,15 +183,37 @@ def _tensor_key(tensor: Tensor | None) -> tuple | None:
     return layout.dims, tuple(layout.split.items()), layout.partial, size
 
 
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
+_LABEL, _LAYER, _OP, _LOCAL, _DEPS, _BUCKET = (_STEP_FIELDS.index(n) for n in
+                                               ("label", "layer", "op", "local", "deps", "grad_bucket"))
+
+
 @dataclass
 class _Template:
-    """The steps one layer lowered to, kept pristine (copies), with what the lowering returned."""
+    """The steps one layer lowered to, kept pristine as lists of field values (in Step's field order), with
+    what the lowering returned. Instantiating one calls Step with a copy of each list: the cheapest copy of a
+    step that is still its own object (and a compact one: no per-object dict is made)."""
 
     layer: str
     start: int  # index of the first step in the list it was appended to (deps are indices of that list)
-    steps: list[Step]
+    values: list[list[Any]]  # per step: its field values as made
+    suffixes: list[str]  # per step: its label after the layer's name
     op_pos: list[int]  # per step: the position of its op in the layer (-1: none)
     result: object
+
+    @classmethod
+    def of(cls, layer: Layer, start: int, made: list[Step], result: object) -> _Template:
+        """The template of `layer`'s steps `made` (appended at `start`), copied before any later edit."""
+        assert all(s.layer == layer.name and s.label.startswith(layer.name) for s in made)
+        assert all(s.parts is None and (s.local is None) == (s.op is None) for s in made)
+        pos = {id(op): i for i, op in enumerate(layer.ops)}
+        cut = len(layer.name)
+        values = [[getattr(s, f) for f in _STEP_FIELDS] for s in made]
+        for v in values:
+            if v[_LOCAL] is not None:
+                v[_LOCAL] = dict(v[_LOCAL])
+        return cls(layer.name, start, values, [s.label[cut:] for s in made],
+                   [pos[id(s.op)] if s.op is not None else -1 for s in made], result)
 
 
 @dataclass(frozen=True)
@@ -195,23 +238,44 @@ class _Templates:
         self.enabled = enabled
         self.layers: dict[tuple, _Template] = {}
         self.values: dict[tuple, object] = {}
-        self._ops = OpValues()
+        self.ops = OpValues()
         self._layer_keys: dict[int, tuple] = {}
         self._leaf_keys: dict[int, int] = {}
         self._leaf_values: dict[tuple, int] = {}
+        self._last_layer: dict[tuple[str, int], Layer] = {}  # by (kind, number of ops): the last layer keyed
+        self._last_leaf: tuple[LeafConfig, tuple] | None = None  # the last leaf keyed by value, with its order
 
     def layer_key(self, layer: Layer) -> tuple:
-        """The layer's kind, tied op and op values (as OpValues ids)."""
+        """The layer's kind, tied op and op values (as OpValues ids). A layer equal to the last one keyed of its
+        kind and length (the usual run of identical blocks) takes its key by comparing the ops, which is
+        cheaper than building their keys; its ops are then known to the OpValues as the same values."""
         k = self._layer_keys.get(id(layer))
         if k is None:
-            k = self._layer_keys[id(layer)] = (layer.kind, layer.tied_op, tuple(map(self._ops, layer.ops)))
+            bucket = (layer.kind, len(layer.ops))
+            last = self._last_layer.get(bucket)
+            if last is not None and layer.tied_op == last.tied_op and _same_ops(layer.ops, last.ops):
+                k = self._layer_keys[id(last)]
+                for op, like in zip(layer.ops, last.ops, strict=True):
+                    if op is not like:
+                        self.ops.alias(op, like)
+            else:
+                k = (layer.kind, layer.tied_op, tuple(map(self.ops, layer.ops)))
+            self._layer_keys[id(layer)] = k
+            self._last_layer[bucket] = layer
         return k
 
     def leaf_key(self, leaf: LeafConfig) -> int:
-        """An id of the configs lowering reads, equal for equal configs (resolved: call after tree.resolve)."""
+        """An id of the configs lowering reads, equal for equal configs (resolved: call after tree.resolve).
+        A leaf equal to the last one keyed takes its id by comparison (cheaper than building its value)."""
         k = self._leaf_keys.get(id(leaf))
         if k is None:
-            k = self._leaf_keys[id(leaf)] = self._leaf_values.setdefault(_leaf_value(leaf), len(self._leaf_values))
+            last = self._last_leaf
+            if last is not None and _same_leaf(leaf, *last):
+                k = self._leaf_keys[id(last[0])]
+            else:
+                k = self._leaf_values.setdefault(_leaf_value(leaf), len(self._leaf_values))
+                self._last_leaf = (leaf, _leaf_order(leaf))
+            self._leaf_keys[id(leaf)] = k
         return k
 
     def value(self, key: tuple, build: Callable[[], R]) -> R:
@@ -224,38 +288,37 @@ class _Templates:
 
     def steps(self, key: tuple, layer: Layer, steps: list[Step], build: Callable[[], R]) -> R:
         """Run `build` (which appends the layer's steps to `steps`) once per key; later layers with the key
-        get the template's steps cloned: renamed to the layer, ops mapped to its own, deps shifted."""
+        get the template's steps copied: renamed to the layer, ops mapped to its own, deps shifted."""
         if not self.enabled:
             return build()
         t = self.layers.get(key)
         if t is None:
             start = len(steps)
             result = build()
-            pos = {id(op): i for i, op in enumerate(layer.ops)}
-            made = steps[start:]
-            assert all(s.layer == layer.name and s.label.startswith(layer.name) for s in made)
-            self.layers[key] = _Template(layer.name, start, [clone_step(s) for s in made],
-                                         [pos[id(s.op)] if s.op is not None else -1 for s in made], result)
+            self.layers[key] = _Template.of(layer, start, steps[start:], result)
             return result
         _instantiate(t, layer, steps)
         return t.result  # type: ignore[return-value]
 
 
 def _instantiate(t: _Template, layer: Layer, steps: list[Step]) -> None:
-    """Append a copy of template `t` for `layer` at the end of `steps`."""
-    name, cut, shift = layer.name, len(t.layer), len(steps) - t.start
-    ops = layer.ops
-    for src, pos in zip(t.steps, t.op_pos, strict=True):
-        s = clone_step(src)
-        s.label = name + src.label[cut:]
-        s.layer = name
+    """Append a copy of template `t` for `layer` at the end of `steps`: renamed to the layer, ops mapped to its
+    own, deps shifted, each compute step its own local shape (lowering copies every step of every repeated
+    layer: this is its hot loop)."""
+    name, ops, shift = layer.name, layer.ops, len(steps) - t.start
+    append = steps.append
+    for src, suffix, pos in zip(t.values, t.suffixes, t.op_pos, strict=True):
+        v = src.copy()
+        v[_LABEL] = name + suffix
+        v[_LAYER] = name
         if pos >= 0:
-            s.op = ops[pos]
-        if src.grad_bucket is not None:
-            s.grad_bucket = name
-        if src.deps:
-            s.deps = tuple(d + shift for d in src.deps)
-        steps.append(s)
+            v[_OP] = ops[pos]
+            v[_LOCAL] = v[_LOCAL].copy()
+        if v[_BUCKET] is not None:
+            v[_BUCKET] = name
+        if v[_DEPS]:
+            v[_DEPS] = tuple(i + shift for i in v[_DEPS])
+        append(Step(*v))
 
 
 def _category(axes: tuple[str, ...], grad: bool) -> str:
@@ -278,8 +341,6 @@ class _Lowerer:
         self.act_scale = precision.activation_bytes / 2.0
         # zero-bubble schedules run a weighted op's input-gradient GEMM and weight-gradient GEMM apart
         self.split_wgrad = tree.schedule.kind == "zb-h1"
-        self.model_flops = 0.0
-        self.hw_flops = 0.0
         # offload remote with in-switch collectives: the pool reduce-scatters the gradients of layers with sharded
         # weights while storing them, so their GPU reduce-scatter is not emitted (an HSDP replica all-reduce stays)
         self.in_switch = tree.offload_in_switch and tree.offload != "none"
@@ -764,9 +825,10 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
         if offload:
             ch.bwd = insert_offload(ch.bwd, offload_sizes, "bwd", switch_layers)
     m = sched.n_micro_batch
+    model_flops = hw_flops = 0.0
     for ch in chunks:
-        for s in ch.fwd + ch.bwd:
-            lw.model_flops += s.model_flops * m
-            lw.hw_flops += s.hw_flops * m
+        for s in (*ch.fwd, *ch.bwd):  # summed step by step in this order (the same floats every time)
+            model_flops += s.model_flops * m
+            hw_flops += s.hw_flops * m
     replicas = mesh.world_size // mesh.pp  # ranks per pipeline stage
-    return Program(tree, precision, chunks, lw.model_flops * replicas, lw.hw_flops * replicas)
+    return Program(tree, precision, chunks, model_flops * replicas, hw_flops * replicas, op_values=lw.templates.ops)

@@ -121,21 +121,26 @@ def group_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage_rank: int, 
 
 class _CostCache:
     """Compute costs of one annotate call, keyed by op value (OpValues id), local shape and phase: the repeated
-    layers of a model (distinct Op objects, equal values) are priced once. `enabled` off: no caching."""
+    layers of a model (distinct Op objects, equal values) are priced once. `ops`: the lowering's op ids (the
+    program's, so each op's value is looked up once per lowering, not again here). `enabled` off: no caching."""
 
-    def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool) -> None:
+    def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool,
+                 ops: OpValues | None = None) -> None:
         self.compute, self.device, self.dtype, self.enabled = compute, device, dtype, enabled
-        self._ops = OpValues()  # the program keeps its ops alive for the call
+        self._ops = ops if ops is not None else OpValues()
+        self._ids = self._ops.ids  # op object id -> value id, read directly on the hot path
         self._times: dict[tuple, tuple[float, float]] = {}
 
     def step(self, step: Step) -> tuple[float, float]:
         """(duration_s, host_s) of a compute step: `compute.op_time` (a recompute priced as the forward it
-        repeats) and `compute.host_time`."""
+        repeats) and `compute.host_time`. Keyed by the local shape's items in their order (a dict's equal
+        items in another order are priced anew, as the reference prices every step)."""
         op, local, phase = step.op, step.local, step.phase
         assert op is not None and local is not None
         if not self.enabled:
             return self._price(op, local, phase)
-        key = (self._ops(op), tuple(sorted(local.items())), phase)
+        value = self._ids.get(id(op))
+        key = (self._ops(op) if value is None else value, tuple(local.items()), phase)
         hit = self._times.get(key)
         if hit is None:
             hit = self._times[key] = self._price(op, local, phase)
@@ -211,8 +216,10 @@ class _CommPricer:
     def collective(self, step: Step, stage_rank: int) -> float:
         """A collective step of the stage whose first rank is `stage_rank` (its group: the step's axes)."""
         key = (step.collective, step.size_bytes, step.axes, stage_rank)
-        if self.cache and key in self._times:
-            return self._times[key]
+        if self.cache:
+            hit = self._times.get(key)
+            if hit is not None:
+                return hit
         gkey = (step.axes, stage_rank)
         group = self._groups.get(gkey) if self.cache else None
         if group is None:
@@ -256,29 +263,36 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
-    costs = _CostCache(compute, device, dtype, cache)
+    costs = _CostCache(compute, device, dtype, cache, program.op_values if cache else None)
     pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache, flows=flows)
     book = pricer.book
     pair_time = pricer.pair
 
-    def cost(step: Step, stage_rank: int) -> float:
-        if step.kind == "memory":
-            return pricer.memory_access(step)
-        return pricer.collective(step, stage_rank)
-
     n_chunks = len(program.chunks)
+    host_of: dict[tuple[str, ...], float] = {}  # a collective's issue time by its axes
+
+    def collective_host(axes: tuple[str, ...]) -> float:
+        # issuing a collective costs framework time plus the launch skew of its members,
+        # which grows with the group like a tree of waits (log2 of the group size)
+        host = host_of.get(axes)
+        if host is None:
+            group = mesh.group_size(axes)
+            host = host_of[axes] = collective_host_s * math.log2(group) if group > 1 else 0.0
+        return host
+
+    compute_cost = costs.step
     for ch in program.chunks:
         stage_rank = mesh.rank({"pp": ch.pp_rank})
-        for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
-            if s.kind == "compute":
-                s.duration_s, s.host_s = costs.step(s)
-                continue
-            s.duration_s = cost(s, stage_rank)
-            if s.kind == "collective" and s.axes:
-                # issuing a collective costs framework time plus the launch skew of its members,
-                # which grows with the group like a tree of waits (log2 of the group size)
-                group = mesh.group_size(s.axes)
-                s.host_s = collective_host_s * math.log2(group) if group > 1 else 0.0
+        for s in (*ch.fwd, *ch.bwd, *ch.grad_sync, *ch.post_step):
+            kind = s.kind
+            if kind == "compute":
+                s.duration_s, s.host_s = compute_cost(s)
+            elif kind == "memory":
+                s.duration_s = pricer.memory_access(s)
+            else:
+                s.duration_s = pricer.collective(s, stage_rank)
+                if kind == "collective" and s.axes:
+                    s.host_s = collective_host(s.axes)
         if program.tree.tp_comm_overlap and mesh.tp > 1:
             _overlap_tp_comm(ch.fwd, mesh.tp)
             _overlap_tp_comm(ch.bwd, mesh.tp)
