@@ -9,8 +9,11 @@ builder (symmetry first).
 Layers repeat (a transformer's blocks are identical): what one layer lowers to (its forward, backward and
 recompute steps with their resharding collectives, its stored states and gradient buckets) is built once per
 distinct (layer kind and op shapes, leaf configs, recompute, incoming layouts) and copied, renamed, for every
-layer that shares it (`_Templates`). Each copy gets its own Step objects, so the later in-place edits of a
-step (zero-3 and offload dependencies, durations, fusion) stay with that step.
+layer that shares it (`_Templates`). So are whole chunks: the stages of a pipeline of identical blocks differ
+only in their layers' names, so a chunk's forward and backward are lowered once per distinct (layers, what
+it receives, whether it sends) and copied to the others (`_ChunkTemplate`). Each copy gets its own Step
+objects, so the later in-place edits of a step (zero-3 and offload dependencies, durations, fusion) stay with
+that step.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
-from functools import partial
-from operator import attrgetter
+from functools import partial, reduce
+from itertools import repeat
+from operator import add, attrgetter, mul
 from typing import Any, TypeVar
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
@@ -131,19 +135,6 @@ def stretch_compute(chunk: ChunkProgram, factor: float) -> None:
         s.host_s *= factor
 
 
-def clone_step(step: Step) -> Step:
-    """A shallow copy of a step with its own `local` (a Step's fields are scalars, tuples and frozen ops; the
-    dicts are copied so that no edit of one copy reaches another). Faster than copy.copy: lowering clones
-    every step of every repeated layer."""
-    new = object.__new__(Step)
-    new.__dict__.update(step.__dict__)
-    if step.local is not None:
-        new.local = dict(step.local)
-    if step.parts is not None:
-        new.parts = dict(step.parts)
-    return new
-
-
 Tensor = tuple[Layout, float]
 """A tensor crossing a layer boundary: its layout and bytes per rank."""
 
@@ -191,11 +182,10 @@ class _StepsTemplate:
     step on a copy of its values: the cheapest copy of a step that is still its own object (and a compact one:
     no per-object dict is made)."""
 
-    values: list[list[Any]]  # per step: its field values as made
-    layer_at: list[int]  # per step: the index of its layer among the template's layers
-    suffixes: list[str]  # per step: its label after its layer's name
-    op_at: list[int]  # per step: the position of its op in its layer (-1: none)
-    bucket_at: list[int]  # per step: the index of the layer its grad_bucket names (-1: none)
+    # per step: (its field values as made, the index of its layer among the template's layers, its label after
+    # its layer's name, the position of its op in its layer or -1, the index of the layer its grad_bucket
+    # names or -1)
+    rows: list[tuple[list[Any], int, str, int, int]]
 
     @classmethod
     def of(cls, steps: list[Step], layers: list[Layer]) -> _StepsTemplate | None:
@@ -203,7 +193,7 @@ class _StepsTemplate:
         not its layer's (a step that no renaming copies)."""
         index = {layer.name: i for i, layer in enumerate(layers)}
         positions = [{id(op): p for p, op in enumerate(layer.ops)} for layer in layers]
-        values, layer_at, suffixes, op_at, bucket_at = [], [], [], [], []
+        rows = []
         for s in steps:
             i = index.get(s.layer)
             if (i is None or not s.label.startswith(s.layer) or s.parts is not None
@@ -214,12 +204,9 @@ class _StepsTemplate:
             v = list(_step_values(s))
             if s.local is not None:
                 v[_LOCAL] = dict(s.local)
-            values.append(v)
-            layer_at.append(i)
-            suffixes.append(s.label[len(s.layer):])
-            op_at.append(positions[i][id(s.op)] if s.op is not None else -1)
-            bucket_at.append(index[s.grad_bucket] if s.grad_bucket is not None else -1)
-        return cls(values, layer_at, suffixes, op_at, bucket_at)
+            rows.append((v, i, s.label[len(s.layer):], positions[i][id(s.op)] if s.op is not None else -1,
+                         index[s.grad_bucket] if s.grad_bucket is not None else -1))
+        return cls(rows)
 
     def copy_to(self, layers: list[Layer], steps: list[Step], shift: int = 0) -> None:
         """Append a copy for `layers` to `steps`: renamed to its layers, ops mapped to theirs, deps shifted by
@@ -228,19 +215,19 @@ class _StepsTemplate:
         names = [layer.name for layer in layers]
         ops = [layer.ops for layer in layers]
         append = steps.append
-        for src, i, suffix, pos, bucket in zip(self.values, self.layer_at, self.suffixes, self.op_at,
-                                               self.bucket_at, strict=True):
+        label, layer, op, local, deps, bucket = _LABEL, _LAYER, _OP, _LOCAL, _DEPS, _BUCKET
+        for src, i, suffix, pos, owner in self.rows:
             v = src.copy()
             name = names[i]
-            v[_LABEL] = name + suffix
-            v[_LAYER] = name
+            v[label] = name + suffix
+            v[layer] = name
             if pos >= 0:
-                v[_OP] = ops[i][pos]
-                v[_LOCAL] = v[_LOCAL].copy()
-            if bucket >= 0:
-                v[_BUCKET] = names[bucket]
-            if shift and v[_DEPS]:
-                v[_DEPS] = tuple(d + shift for d in v[_DEPS])
+                v[op] = ops[i][pos]
+                v[local] = v[local].copy()
+            if owner >= 0:
+                v[bucket] = names[owner]
+            if shift and v[deps]:
+                v[deps] = tuple(d + shift for d in v[deps])
             append(Step(*v))
 
 
@@ -965,11 +952,13 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
         sends = c > 0
         grad = _templated(templates, key and ("bwd", *key, _tensor_key(grad), sends), ch, entries, False,
                           partial(lw.backward_chunk, ch, entries, forwards[c], grad, sends))
-    m = sched.n_micro_batch
-    model_flops = hw_flops = 0.0
-    for ch in chunks:
-        for s in (*ch.fwd, *ch.bwd):  # summed step by step in this order (the same floats every time)
-            model_flops += s.model_flops * m
-            hw_flops += s.hw_flops * m
+    steps = [s for ch in chunks for s in (*ch.fwd, *ch.bwd)]
     replicas = mesh.world_size // mesh.pp  # ranks per pipeline stage
-    return Program(tree, precision, chunks, model_flops * replicas, hw_flops * replicas, op_values=lw.templates.ops)
+    return Program(tree, precision, chunks, _flops(steps, "model_flops", sched.n_micro_batch) * replicas,
+                   _flops(steps, "hw_flops", sched.n_micro_batch) * replicas, op_values=lw.templates.ops)
+
+
+def _flops(steps: list[Step], field: str, m: int) -> float:
+    """Sum of every step's `field` x `m`, added one step at a time in order from 0.0 (so always the same float),
+    as `total += s.field * m` would, in one C loop."""
+    return reduce(add, map(mul, map(attrgetter(field), steps), repeat(m)), 0.0)
