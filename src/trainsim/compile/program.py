@@ -790,11 +790,13 @@ def _insert_zero3(steps: list[Step], layer_first: dict[str, int], gathers: dict[
         return steps
     starts = {i: name for name, i in layer_first.items()}
     out: list[Step] = []
-    new_index: dict[int, int] = {}
+    new_index: list[int] = []  # step i's index in `out`
     prev_layer_start: int | None = None
     for i, s in enumerate(steps):
         name = starts.get(i)
-        deps = None if s.deps is None else tuple(new_index[d] for d in s.deps)
+        deps = s.deps
+        if deps:
+            deps = tuple([new_index[d] for d in deps])
         if name is not None and gathers.get(name, (0.0, ()))[0] > 0:
             size, axes = gathers[name]
             out.append(Step(f"{name}.params:all_gather", "collective", Stream.GRAD, "dp", name,
@@ -805,7 +807,7 @@ def _insert_zero3(steps: list[Step], layer_first: dict[str, int], gathers: dict[
             deps = (*before, ag)
         if name is not None:
             prev_layer_start = len(out)
-        new_index[i] = len(out)
+        new_index.append(len(out))
         s.deps = deps
         out.append(s)
     last_of = {s.layer: j for j, s in enumerate(out)}
