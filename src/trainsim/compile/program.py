@@ -9,21 +9,27 @@ builder (symmetry first).
 Layers repeat (a transformer's blocks are identical): what one layer lowers to (its forward, backward and
 recompute steps with their resharding collectives, its stored states and gradient buckets) is built once per
 distinct (layer kind and op shapes, leaf configs, recompute, incoming layouts) and copied, renamed, for every
-layer that shares it (`_Templates`). Each copy gets its own Step objects, so the later in-place edits of a
-step (zero-3 and offload dependencies, durations, fusion) stay with that step.
+layer that shares it (`_Templates`). So are whole chunks: the stages of a pipeline of identical blocks differ
+only in their layers' names, so a chunk's forward and backward are lowered once per distinct (layers, what
+it receives, whether it sends) and copied to the others (`_ChunkTemplate`). Each copy gets its own Step
+objects, so the later in-place edits of a step (zero-3 and offload dependencies, durations, fusion) stay with
+that step.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
-from typing import TypeVar
+from functools import partial, reduce
+from itertools import repeat
+from operator import add, attrgetter, mul
+from typing import Any, TypeVar
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import Precision
-from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyTree
+from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree
 from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpValues
 from .layout import (
     Layout,
@@ -111,6 +117,8 @@ class Program:
     model_flops_per_iteration: float
     hw_flops_per_iteration: float
     embedding_sync_s: float = 0.0  # filled by cost.annotate
+    # the lowering's op value ids, which cost.annotate reuses for its cost cache (not part of the program's value)
+    op_values: OpValues | None = field(default=None, compare=False, repr=False)
 
     @property
     def mesh(self) -> DeviceMesh:
@@ -125,19 +133,6 @@ def stretch_compute(chunk: ChunkProgram, factor: float) -> None:
         if s.stream == Stream.COMPUTE:
             s.duration_s *= factor
         s.host_s *= factor
-
-
-def clone_step(step: Step) -> Step:
-    """A shallow copy of a step with its own `local` (a Step's fields are scalars, tuples and frozen ops; the
-    dicts are copied so that no edit of one copy reaches another). Faster than copy.copy: lowering clones
-    every step of every repeated layer."""
-    new = object.__new__(Step)
-    new.__dict__.update(step.__dict__)
-    if step.local is not None:
-        new.local = dict(step.local)
-    if step.parts is not None:
-        new.parts = dict(step.parts)
-    return new
 
 
 Tensor = tuple[Layout, float]
@@ -155,6 +150,18 @@ def _leaf_value(leaf: LeafConfig) -> tuple:
             tuple((k, tuple(v.items())) for k, v in leaf.saved.items()))
 
 
+def _same_leaf(a: LeafConfig, b: LeafConfig) -> bool:
+    """Whether two resolved leaves lower alike: their configs are equal. (Dict equality ignores the order of
+    keys, which `_leaf_value` sees; lowering does not: it looks splits and configs up by op, tensor and
+    dimension, and collects axes in AXIS_ORDER or as sets.)"""
+    return a.ops == b.ops and a.weights == b.weights and a.extras == b.extras and a.saved == b.saved
+
+
+def _same_ops(a: list[Op], b: list[Op]) -> bool:
+    """Op by op `x.key() == y.key()`, by comparing (dataclass equality, plus the order of the dims)."""
+    return all(x is y or (x == y and list(x.dims) == list(y.dims)) for x, y in zip(a, b, strict=True))
+
+
 def _tensor_key(tensor: Tensor | None) -> tuple | None:
     if tensor is None:
         return None
@@ -162,14 +169,75 @@ def _tensor_key(tensor: Tensor | None) -> tuple | None:
     return layout.dims, tuple(layout.split.items()), layout.partial, size
 
 
-@dataclass
-class _Template:
-    """The steps one layer lowered to, kept pristine (copies), with what the lowering returned."""
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
+_LABEL, _LAYER, _OP, _LOCAL, _DEPS, _BUCKET = (_STEP_FIELDS.index(n) for n in
+                                               ("label", "layer", "op", "local", "deps", "grad_bucket"))
+_step_values = attrgetter(*_STEP_FIELDS)
 
-    layer: str
-    start: int  # index of the first step in the list it was appended to (deps are indices of that list)
-    steps: list[Step]
-    op_pos: list[int]  # per step: the position of its op in the layer (-1: none)
+
+@dataclass
+class _StepsTemplate:
+    """Steps kept as a template for layers equal to theirs but for their names and op objects: per step its
+    field values (in Step's field order) and where its names and op come from. A copy is one Step call per
+    step on a copy of its values: the cheapest copy of a step that is still its own object (and a compact one:
+    no per-object dict is made)."""
+
+    # per step: (its field values as made, the index of its layer among the template's layers, its label after
+    # its layer's name, the position of its op in its layer or -1, the index of the layer its grad_bucket
+    # names or -1)
+    rows: list[tuple[list[Any], int, str, int, int]]
+
+    @classmethod
+    def of(cls, steps: list[Step], layers: list[Layer]) -> _StepsTemplate | None:
+        """`steps` (of `layers`) as a template, copied before any later edit; None where a step's names or op are
+        not its layer's (a step that no renaming copies)."""
+        index = {layer.name: i for i, layer in enumerate(layers)}
+        positions = [{id(op): p for p, op in enumerate(layer.ops)} for layer in layers]
+        rows = []
+        for s in steps:
+            i = index.get(s.layer)
+            if (i is None or not s.label.startswith(s.layer) or s.parts is not None
+                    or (s.local is None) != (s.op is None)
+                    or (s.op is not None and id(s.op) not in positions[i])
+                    or (s.grad_bucket is not None and s.grad_bucket not in index)):
+                return None
+            v = list(_step_values(s))
+            if s.local is not None:
+                v[_LOCAL] = dict(s.local)
+            rows.append((v, i, s.label[len(s.layer):], positions[i][id(s.op)] if s.op is not None else -1,
+                         index[s.grad_bucket] if s.grad_bucket is not None else -1))
+        return cls(rows)
+
+    def copy_to(self, layers: list[Layer], steps: list[Step], shift: int = 0) -> None:
+        """Append a copy for `layers` to `steps`: renamed to its layers, ops mapped to theirs, deps shifted by
+        `shift`, each compute step its own local shape (lowering copies every step of every repeated layer:
+        this is its hot loop)."""
+        names = [layer.name for layer in layers]
+        ops = [layer.ops for layer in layers]
+        append = steps.append
+        label, layer, op, local, deps, bucket = _LABEL, _LAYER, _OP, _LOCAL, _DEPS, _BUCKET
+        for src, i, suffix, pos, owner in self.rows:
+            v = src.copy()
+            name = names[i]
+            v[label] = name + suffix
+            v[layer] = name
+            if pos >= 0:
+                v[op] = ops[i][pos]
+                v[local] = v[local].copy()
+            if owner >= 0:
+                v[bucket] = names[owner]
+            if shift and v[deps]:
+                v[deps] = tuple(d + shift for d in v[deps])
+            append(Step(*v))
+
+
+@dataclass
+class _LayerTemplate:
+    """The steps one layer lowered to (appended to a list at `start`: their deps are indices of that list),
+    with what the lowering returned."""
+
+    start: int
+    steps: _StepsTemplate
     result: object
 
 
@@ -193,25 +261,47 @@ class _Templates:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.layers: dict[tuple, _Template] = {}
+        self.layers: dict[tuple, _LayerTemplate] = {}
         self.values: dict[tuple, object] = {}
-        self._ops = OpValues()
+        self.ops = OpValues()
         self._layer_keys: dict[int, tuple] = {}
         self._leaf_keys: dict[int, int] = {}
         self._leaf_values: dict[tuple, int] = {}
+        self._last_layer: dict[tuple[str, int], Layer] = {}  # by (kind, number of ops): the last layer keyed
+        self._last_leaf: LeafConfig | None = None  # the last leaf keyed
 
     def layer_key(self, layer: Layer) -> tuple:
-        """The layer's kind, tied op and op values (as OpValues ids)."""
+        """The layer's kind, tied op and op values (as OpValues ids). A layer equal to the last one keyed of its
+        kind and length (the usual run of identical blocks) takes its key by comparing the ops, which is
+        cheaper than building their keys; its ops are then known to the OpValues as the same values."""
         k = self._layer_keys.get(id(layer))
         if k is None:
-            k = self._layer_keys[id(layer)] = (layer.kind, layer.tied_op, tuple(map(self._ops, layer.ops)))
+            bucket = (layer.kind, len(layer.ops))
+            last = self._last_layer.get(bucket)
+            if last is not None and layer.tied_op == last.tied_op and _same_ops(layer.ops, last.ops):
+                k = self._layer_keys[id(last)]
+                for op, like in zip(layer.ops, last.ops, strict=True):
+                    if op is not like:
+                        self.ops.alias(op, like)
+            else:
+                k = (layer.kind, layer.tied_op, tuple(map(self.ops, layer.ops)))
+            self._layer_keys[id(layer)] = k
+            self._last_layer[bucket] = layer
         return k
 
     def leaf_key(self, leaf: LeafConfig) -> int:
-        """An id of the configs lowering reads, equal for equal configs (resolved: call after tree.resolve)."""
+        """An id of the configs lowering reads, equal for leaves that lower alike (resolved: call after
+        tree.resolve). A leaf equal to the last one keyed takes its id by comparison (cheaper than building its
+        value)."""
         k = self._leaf_keys.get(id(leaf))
         if k is None:
-            k = self._leaf_keys[id(leaf)] = self._leaf_values.setdefault(_leaf_value(leaf), len(self._leaf_values))
+            last = self._last_leaf
+            if last is not None and _same_leaf(leaf, last):
+                k = self._leaf_keys[id(last)]
+            else:
+                k = self._leaf_values.setdefault(_leaf_value(leaf), len(self._leaf_values))
+            self._leaf_keys[id(leaf)] = k
+            self._last_leaf = leaf
         return k
 
     def value(self, key: tuple, build: Callable[[], R]) -> R:
@@ -224,38 +314,19 @@ class _Templates:
 
     def steps(self, key: tuple, layer: Layer, steps: list[Step], build: Callable[[], R]) -> R:
         """Run `build` (which appends the layer's steps to `steps`) once per key; later layers with the key
-        get the template's steps cloned: renamed to the layer, ops mapped to its own, deps shifted."""
+        get the template's steps copied: renamed to the layer, ops mapped to its own, deps shifted."""
         if not self.enabled:
             return build()
         t = self.layers.get(key)
         if t is None:
             start = len(steps)
             result = build()
-            pos = {id(op): i for i, op in enumerate(layer.ops)}
-            made = steps[start:]
-            assert all(s.layer == layer.name and s.label.startswith(layer.name) for s in made)
-            self.layers[key] = _Template(layer.name, start, [clone_step(s) for s in made],
-                                         [pos[id(s.op)] if s.op is not None else -1 for s in made], result)
+            made = _StepsTemplate.of(steps[start:], [layer])
+            assert made is not None, f"{layer.name}: a step not named after its layer"
+            self.layers[key] = _LayerTemplate(start, made, result)
             return result
-        _instantiate(t, layer, steps)
+        t.steps.copy_to([layer], steps, len(steps) - t.start)
         return t.result  # type: ignore[return-value]
-
-
-def _instantiate(t: _Template, layer: Layer, steps: list[Step]) -> None:
-    """Append a copy of template `t` for `layer` at the end of `steps`."""
-    name, cut, shift = layer.name, len(t.layer), len(steps) - t.start
-    ops = layer.ops
-    for src, pos in zip(t.steps, t.op_pos, strict=True):
-        s = clone_step(src)
-        s.label = name + src.label[cut:]
-        s.layer = name
-        if pos >= 0:
-            s.op = ops[pos]
-        if src.grad_bucket is not None:
-            s.grad_bucket = name
-        if src.deps:
-            s.deps = tuple(d + shift for d in src.deps)
-        steps.append(s)
 
 
 def _category(axes: tuple[str, ...], grad: bool) -> str:
@@ -278,8 +349,6 @@ class _Lowerer:
         self.act_scale = precision.activation_bytes / 2.0
         # zero-bubble schedules run a weighted op's input-gradient GEMM and weight-gradient GEMM apart
         self.split_wgrad = tree.schedule.kind == "zb-h1"
-        self.model_flops = 0.0
-        self.hw_flops = 0.0
         # offload remote with in-switch collectives: the pool reduce-scatters the gradients of layers with sharded
         # weights while storing them, so their GPU reduce-scatter is not emitted (an HSDP replica all-reduce stays)
         self.in_switch = tree.offload_in_switch and tree.offload != "none"
@@ -464,6 +533,83 @@ class _Lowerer:
                                 size_bytes=r.size_bytes))
         return out
 
+    # -- chunks --------------------------------------------------------------------------------------
+    def chunk_key(self, entries: list[Entry], tied: list[bool]) -> tuple:
+        """The values a chunk's layers lower from: per layer its value, configs, recompute and tied flag."""
+        tp = self.templates
+        return tuple((tp.layer_key(node.layer), tp.leaf_key(node.leaf), rc, t)
+                     for (node, rc), t in zip(entries, tied, strict=True))
+
+    def forward_chunk(self, ch: ChunkProgram, entries: list[Entry], tied: list[bool], prev: Tensor | None,
+                      received: Tensor | None, sends: bool) -> _ChunkForward:
+        """Lower a chunk's forward into `ch` (its forward steps with their ZeRO-3 gathers and offload loads,
+        its gradient buckets, post-step gathers and stored states) from `prev`, the previous chunk's output
+        (`received`: as it arrives here, scattered over tp; None: as it is); `sends`: hand the output on."""
+        first: dict[str, int] = {}
+        gathers: dict[str, tuple[float, tuple[str, ...]]] = {}
+        offload_sizes: dict[str, tuple[float, float]] = {}  # layer -> (parameter, gradient) bytes per rank
+        inputs: list[Tensor | None] = []
+        for (node, rc), tied_here in zip(entries, tied, strict=True):
+            layer = node.layer
+            ch.layers.append(layer.name)
+            inputs.append(prev)  # what the layer keeps / recomputes from: the gathered input
+            first[layer.name] = len(ch.fwd)
+            prev = self.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd)
+            received = None
+            params0, grads0, opt0 = ch.params_local, ch.grads_local, ch.optimizer_params_local
+            self.grad_sync(layer, node.leaf, ch, tied_here)
+            ch.layer_states[layer.name] = (ch.params_local - params0, ch.grads_local - grads0,
+                                           ch.optimizer_params_local - opt0)
+            offload_sizes[layer.name] = ((ch.params_local - params0) * self.prec.param_bytes,
+                                         (ch.grads_local - grads0) * self.prec.grad_bytes)
+            gathers[layer.name] = self.zero3_gather(layer, node.leaf)
+        sent = None
+        if prev and sends:
+            sent = _scatter_over_tp(prev, self.mesh) if self.tree.p2p_scatter_gather else prev
+            ch.send_fwd_bytes = sent[1]
+        switch: dict[str, Gather] = {}
+        offload = self.tree.offload != "none"
+        if offload and self.in_switch:  # the pool gathers these layers' weights while loading them: no GPU all-gather
+            stored = {node.layer.name: self.zero3_stored(node.layer, node.leaf, t)
+                      for (node, _), t in zip(entries, tied, strict=True)}
+            switch = _switch_gathered(gathers, stored, offload_sizes)
+            gathers = {k: v for k, v in gathers.items() if k not in switch}
+        ch.fwd = _insert_zero3(ch.fwd, first, gathers, "fwd")
+        if offload:
+            # compile.offload builds Steps: imported here, not at module load
+            from .offload import insert_offload
+
+            ch.offload = self.tree.offload
+            ch.fwd = insert_offload(ch.fwd, offload_sizes, "fwd", switch)
+        return _ChunkForward(inputs, list(offload_sizes.values()), [switch.get(name) for name in ch.layers], prev,
+                             sent)
+
+    def backward_chunk(self, ch: ChunkProgram, entries: list[Entry], fwd: _ChunkForward, grad: Tensor | None,
+                       sends: bool) -> Tensor | None:
+        """Lower a chunk's backward into `ch` (its backward steps with their recompute, ZeRO-3 gathers, offload
+        loads and gradient stores) from `grad`, the next chunk's input gradient as it arrives; return this
+        chunk's input gradient as it leaves (`sends`: scattered over tp, where the pipeline does)."""
+        first: dict[str, int] = {}
+        gathers: dict[str, tuple[float, tuple[str, ...]]] = {}
+        for i in range(len(entries) - 1, -1, -1):
+            node, rc = entries[i]
+            layer = node.layer
+            first[layer.name] = len(ch.bwd)
+            grad = self.backward_layer(layer, node.leaf, rc, grad, fwd.inputs[i], ch.bwd)
+            gathers[layer.name] = self.zero3_gather(layer, node.leaf)
+        if grad and sends:
+            grad = _scatter_over_tp(grad, self.mesh) if self.tree.p2p_scatter_gather else grad
+            ch.send_bwd_bytes = grad[1]
+        names = [node.layer.name for node, _ in entries]
+        switch = {name: g for name, g in zip(names, fwd.switch, strict=True) if g is not None}
+        gathers = {k: v for k, v in gathers.items() if k not in switch}
+        ch.bwd = _insert_zero3(ch.bwd, first, gathers, "bwd")
+        if self.tree.offload != "none":
+            from .offload import insert_offload
+
+            ch.bwd = insert_offload(ch.bwd, dict(zip(names, fwd.offload_sizes, strict=True)), "bwd", switch)
+        return grad
+
     # -- gradients and parameters ---------------------------------------------------------------
     def grad_sync(self, layer: Layer, leaf: LeafConfig, chunk: ChunkProgram, tied_here: bool = False) -> None:
         """Count the layer's stored parameters, gradients and optimizer states and bucket its gradient sync.
@@ -644,11 +790,13 @@ def _insert_zero3(steps: list[Step], layer_first: dict[str, int], gathers: dict[
         return steps
     starts = {i: name for name, i in layer_first.items()}
     out: list[Step] = []
-    new_index: dict[int, int] = {}
+    new_index: list[int] = []  # step i's index in `out`
     prev_layer_start: int | None = None
     for i, s in enumerate(steps):
         name = starts.get(i)
-        deps = None if s.deps is None else tuple(new_index[d] for d in s.deps)
+        deps = s.deps
+        if deps:
+            deps = tuple([new_index[d] for d in deps])
         if name is not None and gathers.get(name, (0.0, ()))[0] > 0:
             size, axes = gathers[name]
             out.append(Step(f"{name}.params:all_gather", "collective", Stream.GRAD, "dp", name,
@@ -659,7 +807,7 @@ def _insert_zero3(steps: list[Step], layer_first: dict[str, int], gathers: dict[
             deps = (*before, ag)
         if name is not None:
             prev_layer_start = len(out)
-        new_index[i] = len(out)
+        new_index.append(len(out))
         s.deps = deps
         out.append(s)
     last_of = {s.layer: j for j, s in enumerate(out)}
@@ -685,88 +833,134 @@ def _scatter_over_tp(tensor: tuple[Layout, float], mesh: DeviceMesh) -> tuple[La
     return Layout(layout.dims, split, layout.partial), size / tp
 
 
+Entry = tuple[StrategyNode, str]
+"""A layer of a chunk as lowering reads it: its strategy-tree leaf node (layer and leaf configs) and recompute."""
+
+Gather = tuple[float, float, tuple[str, ...]]
+"""An in-switch gathered layer's (parameter bytes loaded, bytes held once gathered, gather axes)."""
+
+_FORWARD_LISTS = ("fwd", "grad_sync", "post_step")
+_FORWARD_FIELDS = ("params_local", "grads_local", "optimizer_params_local", "embedding_grad_bytes",
+                   "send_fwd_bytes", "offload")
+
+
+@dataclass
+class _ChunkForward:
+    """What lowering a chunk's forward hands on besides the ChunkProgram it fills: per layer, in the chunk's
+    order, its input (what its backward keeps or recomputes from), its offloaded (parameter, gradient) bytes
+    per rank and its in-switch gather (None: none); then the chunk's output and what it sends the next chunk."""
+
+    inputs: list[Tensor | None]
+    offload_sizes: list[tuple[float, float]]
+    switch: list[Gather | None]
+    out: Tensor | None
+    sent: Tensor | None
+
+
+@dataclass
+class _ChunkTemplate:
+    """A chunk's forward or backward as lowered, for the chunks equal to it but for their layers' names and op
+    objects (the stages of a pipeline of identical blocks): the chunk it was lowered into and what it returned.
+    Its steps are read from that chunk when a second chunk first needs them (made into a `_StepsTemplate`, or
+    found not copyable), which is as they were made: lowering edits a chunk's steps only during its own pass
+    (its last chunk's forward, which no other chunk repeats, gets the loss after its pass)."""
+
+    ch: ChunkProgram
+    layers: list[Layer]
+    forward: bool  # the forward (step lists, stored states, what it sends) or the backward
+    sizes: dict[str, int]  # ChunkProgram step list -> its length after the pass
+    result: object
+    steps: dict[str, _StepsTemplate | None] | None = None  # made on first use
+
+    def copy_to(self, ch: ChunkProgram, layers: list[Layer]) -> bool:
+        """Set what the pass set on its chunk on `ch` (not lowered yet) for `layers`; False: not copyable."""
+        if self.steps is None:
+            self.steps = {f: _StepsTemplate.of(getattr(self.ch, f)[:n], self.layers) for f, n in self.sizes.items()}
+        if any(t is None for t in self.steps.values()):
+            return False
+        for f, t in self.steps.items():
+            t.copy_to(layers, getattr(ch, f))  # type: ignore[union-attr]
+        src = self.ch
+        if self.forward:
+            for f in _FORWARD_FIELDS:
+                setattr(ch, f, getattr(src, f))
+            ch.layers = [layer.name for layer in layers]
+            ch.layer_states = {layer.name: src.layer_states[like.name] for layer, like in zip(layers, self.layers,
+                                                                                               strict=True)}
+        else:
+            ch.send_bwd_bytes = src.send_bwd_bytes
+        return True
+
+
+def _templated(templates: dict[tuple, _ChunkTemplate], key: tuple | None, ch: ChunkProgram,
+               entries: list[Entry], forward: bool, build: Callable[[], R]) -> R:
+    """Run `build` (which lowers chunk `ch`'s forward or backward) once per key; a later chunk with the key gets
+    a copy (key None: always build)."""
+    if key is None:
+        return build()
+    layers = [node.layer for node, _ in entries]
+    t = templates.get(key)
+    if t is not None and t.copy_to(ch, layers):
+        return t.result  # type: ignore[return-value]
+    result = build()
+    if t is None:
+        sizes = {f: len(getattr(ch, f)) for f in (_FORWARD_LISTS if forward else ("bwd",))}
+        templates[key] = _ChunkTemplate(ch, layers, forward, sizes, result)
+    return result
+
+
 def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Program:
     """Compile model x strategy into per-chunk templates and per-iteration steps; `cache`: lower each distinct
-    layer once and copy it to the layers that repeat it (off: lower every layer anew; the same program)."""
+    layer once and copy it to the layers that repeat it, and each distinct chunk once and copy it to the chunks
+    that repeat it (off: lower every layer anew; the same program)."""
     lw = _Lowerer(tree, precision, cache)
     mesh = tree.mesh
     sched = tree.schedule
     n_chunks = mesh.pp * sched.virtual_stages
     chunks = [ChunkProgram(c, c % mesh.pp, c // mesh.pp, []) for c in range(n_chunks)]
     leaves = tree.leaves()
-    by_chunk: dict[int, list[tuple]] = {c: [] for c in range(n_chunks)}
+    by_chunk: dict[int, list[Entry]] = {c: [] for c in range(n_chunks)}
     for node, rc, c in leaves:
         by_chunk[c].append((node, rc))
     rank_of = {node.layer.name: c % mesh.pp for node, _, c in leaves}
-    prev: tuple[Layout, float] | None = None
-    layer_inputs: dict[str, tuple[Layout, float] | None] = {}
     tree.resolve()
-    offload = tree.offload != "none"
-    if offload:
-        from .offload import insert_offload  # compile.offload builds Steps: imported here, not at module load
-    offload_sizes: dict[str, tuple[float, float]] = {}  # layer -> (parameter, gradient) bytes per rank
-    in_switch = offload and lw.in_switch
-    switch_layers: dict[str, tuple[float, float, tuple[str, ...]]] = {}  # see _switch_gathered
-    tied: dict[str, bool] = {}  # layer -> its tied weight is stored by its tie target on this rank
-    received: tuple[Layout, float] | None = None  # what the previous chunk sent (scattered over tp)
+    # a chunk's forward and backward are lowered once per key and copied to the chunks with that key: its
+    # layers (values, configs, recompute, tied weight on this rank), what it receives, whether it sends
+    templates: dict[tuple, _ChunkTemplate] = {}
+    keys: list[tuple | None] = []
+    forwards: list[_ChunkForward] = []
+    prev: Tensor | None = None
+    received: Tensor | None = None  # what the previous chunk sent (scattered over tp)
     for c in range(n_chunks):
-        ch = chunks[c]
-        first: dict[str, int] = {}
-        gathers: dict[str, tuple[float, tuple[str, ...]]] = {}
-        for node, rc in by_chunk[c]:
-            layer = node.layer
-            ch.layers.append(layer.name)
-            layer_inputs[layer.name] = prev  # what the layer keeps / recomputes from: the gathered input
-            first[layer.name] = len(ch.fwd)
-            prev = lw.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd)
-            received = None
-            tied_here = layer.tied_to is not None and rank_of.get(layer.tied_to) == rank_of[layer.name]
-            tied[layer.name] = tied_here
-            params0, grads0, opt0 = ch.params_local, ch.grads_local, ch.optimizer_params_local
-            lw.grad_sync(layer, node.leaf, ch, tied_here)
-            ch.layer_states[layer.name] = (ch.params_local - params0, ch.grads_local - grads0,
-                                           ch.optimizer_params_local - opt0)
-            offload_sizes[layer.name] = ((ch.params_local - params0) * precision.param_bytes,
-                                         (ch.grads_local - grads0) * precision.grad_bytes)
-            gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
-        if prev and c < n_chunks - 1:
-            received = _scatter_over_tp(prev, mesh) if tree.p2p_scatter_gather else prev
-            ch.send_fwd_bytes = received[1]
-        if in_switch:  # the pool gathers these layers' weights while loading them: no GPU all-gather
-            stored = {node.layer.name: lw.zero3_stored(node.layer, node.leaf, tied[node.layer.name])
-                      for node, _ in by_chunk[c]}
-            switch_layers.update(_switch_gathered(gathers, stored, offload_sizes))
-            gathers = {k: v for k, v in gathers.items() if k not in switch_layers}
-        ch.fwd = _insert_zero3(ch.fwd, first, gathers, "fwd")
-        if offload:
-            ch.offload = tree.offload
-            ch.fwd = insert_offload(ch.fwd, offload_sizes, "fwd", switch_layers)
+        ch, entries = chunks[c], by_chunk[c]
+        # the layer's tied weight is stored by its tie target on this rank
+        tied = [node.layer.tied_to is not None and rank_of.get(node.layer.tied_to) == rank_of[node.layer.name]
+                for node, _ in entries]
+        sends = c < n_chunks - 1
+        key = (lw.chunk_key(entries, tied), _tensor_key(prev), _tensor_key(received), sends) if cache else None
+        keys.append(key)
+        fwd = _templated(templates, key and ("fwd", *key), ch, entries, True,
+                         partial(lw.forward_chunk, ch, entries, tied, prev, received, sends))
+        forwards.append(fwd)
+        prev, received = fwd.out, fwd.sent
     # the loss must end replicated (vocab-parallel cross-entropy all-reduces its statistics)
     last = chunks[-1]
     if prev is not None:
         lw._collectives(last.fwd, prev[0], prev[0].dims, dict(prev[0].split), prev[1], last.layers[-1], "fwd",
                         "loss.out")
-    grad: tuple[Layout, float] | None = None
+    grad: Tensor | None = None
     for c in range(n_chunks - 1, -1, -1):
-        ch = chunks[c]
-        first = {}
-        gathers = {}
-        for node, rc in reversed(by_chunk[c]):
-            layer = node.layer
-            first[layer.name] = len(ch.bwd)
-            grad = lw.backward_layer(layer, node.leaf, rc, grad, layer_inputs[layer.name], ch.bwd)
-            gathers[layer.name] = lw.zero3_gather(layer, node.leaf)
-        if grad and c > 0:
-            grad = _scatter_over_tp(grad, mesh) if tree.p2p_scatter_gather else grad
-            ch.send_bwd_bytes = grad[1]
-        gathers = {k: v for k, v in gathers.items() if k not in switch_layers}
-        ch.bwd = _insert_zero3(ch.bwd, first, gathers, "bwd")
-        if offload:
-            ch.bwd = insert_offload(ch.bwd, offload_sizes, "bwd", switch_layers)
-    m = sched.n_micro_batch
-    for ch in chunks:
-        for s in ch.fwd + ch.bwd:
-            lw.model_flops += s.model_flops * m
-            lw.hw_flops += s.hw_flops * m
+        ch, entries, key = chunks[c], by_chunk[c], keys[c]
+        sends = c > 0
+        grad = _templated(templates, key and ("bwd", *key, _tensor_key(grad), sends), ch, entries, False,
+                          partial(lw.backward_chunk, ch, entries, forwards[c], grad, sends))
+    steps = [s for ch in chunks for s in (*ch.fwd, *ch.bwd)]
     replicas = mesh.world_size // mesh.pp  # ranks per pipeline stage
-    return Program(tree, precision, chunks, lw.model_flops * replicas, lw.hw_flops * replicas)
+    return Program(tree, precision, chunks, _flops(steps, "model_flops", sched.n_micro_batch) * replicas,
+                   _flops(steps, "hw_flops", sched.n_micro_batch) * replicas, op_values=lw.templates.ops)
+
+
+def _flops(steps: list[Step], field: str, m: int) -> float:
+    """Sum of every step's `field` x `m`, added one step at a time in order from 0.0 (so always the same float),
+    as `total += s.field * m` would, in one C loop."""
+    return reduce(add, map(mul, map(attrgetter(field), steps), repeat(m)), 0.0)

@@ -121,12 +121,20 @@ def group_concurrency(mesh: DeviceMesh, axes: tuple[str, ...], stage_rank: int, 
 
 class _CostCache:
     """Compute costs of one annotate call, keyed by op value (OpValues id), local shape and phase: the repeated
-    layers of a model (distinct Op objects, equal values) are priced once. `enabled` off: no caching."""
+    layers of a model (distinct Op objects, equal values) are priced once. `ops`: the lowering's op ids (the
+    program's, so each op's value is looked up once per lowering, not again here). `enabled` off: no caching.
 
-    def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool) -> None:
+    `recent` keeps, per (op value, phase), the last local shape priced and its costs: the copies of a layer
+    come in runs, so a step is mostly priced by comparing its shape with that one (a dict comparison, cheaper
+    than building the key; the compute model reads a shape by dimension, so equal dicts cost the same)."""
+
+    def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool,
+                 ops: OpValues | None = None) -> None:
         self.compute, self.device, self.dtype, self.enabled = compute, device, dtype, enabled
-        self._ops = OpValues()  # the program keeps its ops alive for the call
-        self._times: dict[tuple, tuple[float, float]] = {}
+        self._ops = ops if ops is not None else OpValues()
+        self.op_ids = self._ops.ids  # op object id -> value id (annotate's loop reads it and `recent` itself)
+        self.times: dict[tuple, tuple[float, float]] = {}  # (op value id, local items, phase) -> costs
+        self.recent: dict[tuple[int, str], tuple[Mapping[str, float], tuple[float, float]]] = {}
 
     def step(self, step: Step) -> tuple[float, float]:
         """(duration_s, host_s) of a compute step: `compute.op_time` (a recompute priced as the forward it
@@ -135,10 +143,14 @@ class _CostCache:
         assert op is not None and local is not None
         if not self.enabled:
             return self._price(op, local, phase)
-        key = (self._ops(op), tuple(sorted(local.items())), phase)
-        hit = self._times.get(key)
+        value = self.op_ids.get(id(op))
+        if value is None:
+            value = self._ops(op)
+        key = (value, tuple(local.items()), phase)
+        hit = self.times.get(key)
         if hit is None:
-            hit = self._times[key] = self._price(op, local, phase)
+            hit = self.times[key] = self._price(op, local, phase)
+        self.recent[(value, phase)] = (local, hit)
         return hit
 
     def _price(self, op: Op, local: Mapping[str, float], phase: str) -> tuple[float, float]:
@@ -165,10 +177,11 @@ class _CommPricer:
         self.book = FlowBook(self.gpn, _block_gpus(cluster)) if self.demand_of is not None else None
         self.shift_invariant = cache and bool(getattr(comm, "node_shift_invariant", False))
         self.aligned = cache and (mesh.world_size // mesh.pp) % self.gpn == 0  # stages of whole nodes
-        self._times: dict[tuple, float] = {}
+        self.times: dict[tuple, float] = {}
         self._groups: dict[tuple, tuple[int, ...]] = {}
         self._conc: dict[tuple, int] = {}
         self._priced: dict[tuple, tuple[float, Demand | None]] = {}
+        self._stage_calls: dict[tuple, tuple[float, Demand | None]] = {}  # (collective, bytes, axes) -> priced
 
     def stage_of(self, rank: int) -> int:
         return self.mesh.coords(rank)["pp"]
@@ -211,8 +224,20 @@ class _CommPricer:
     def collective(self, step: Step, stage_rank: int) -> float:
         """A collective step of the stage whose first rank is `stage_rank` (its group: the step's axes)."""
         key = (step.collective, step.size_bytes, step.axes, stage_rank)
-        if self.cache and key in self._times:
-            return self._times[key]
+        if self.cache:
+            hit = self.times.get(key)
+            if hit is not None:
+                return hit
+        if self.shift_invariant and self.aligned and "pp" not in step.axes:
+            # every stage's group over these axes is the first stage's shifted by whole nodes (pp is the
+            # outermost axis): `call` would give it the same price and a copy of the same demand
+            call = self._stage_calls.get(key[:3])
+            if call is not None:
+                t, dem = call
+                self.times[key] = t
+                if self.book is not None and dem is not None:
+                    self.book.steps[key] = (dem[0], dict(dem[1]))
+                return t
         gkey = (step.axes, stage_rank)
         group = self._groups.get(gkey) if self.cache else None
         if group is None:
@@ -221,9 +246,10 @@ class _CommPricer:
         ckey = ("axes", step.axes) if self.aligned else ("axes", step.axes, stage)
         conc = self.concurrency(ckey, lambda: axes_concurrency(self.mesh, step.axes, stage, group, self.gpn))
         t, dem = self.call(step.collective, step.size_bytes, group, conc)
-        self._times[key] = t
+        self.times[key] = t
         if self.book is not None and dem is not None:
             self.book.steps[key] = dem
+        self._stage_calls[key[:3]] = (t, dem)
         return t
 
     def memory_access(self, step: Step) -> float:
@@ -232,12 +258,12 @@ class _CommPricer:
             raise ValueError(f"step '{step.label}' is a memory access but no memory system was given; "
                              "pass memory= to annotate (cost.offload.offload_memory_system)")
         key = ("memory", step.access, step.size_bytes, step.in_switch, step.axes)
-        if self.cache and key in self._times:
-            return self._times[key]
+        if self.cache and key in self.times:
+            return self.times[key]
         # an in-switch access gathers / reduce-scatters over its ZeRO-3 group (`axes`) in the pool
         system = gather_group_system(self.memory, self.mesh.group_size(step.axes)) if step.in_switch \
             else self.memory
-        t = self._times[key] = system.time_s(MemoryAccess(step.access, step.size_bytes, "remote", step.in_switch))
+        t = self.times[key] = system.time_s(MemoryAccess(step.access, step.size_bytes, "remote", step.in_switch))
         return t
 
 
@@ -256,29 +282,40 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
-    costs = _CostCache(compute, device, dtype, cache)
+    costs = _CostCache(compute, device, dtype, cache, program.op_values if cache else None)
     pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache, flows=flows)
     book = pricer.book
     pair_time = pricer.pair
 
-    def cost(step: Step, stage_rank: int) -> float:
-        if step.kind == "memory":
-            return pricer.memory_access(step)
-        return pricer.collective(step, stage_rank)
-
     n_chunks = len(program.chunks)
+    host_of: dict[tuple[str, ...], float] = {}  # a collective's issue time by its axes
+
+    def collective_host(axes: tuple[str, ...]) -> float:
+        # issuing a collective costs framework time plus the launch skew of its members,
+        # which grows with the group like a tree of waits (log2 of the group size)
+        group = mesh.group_size(axes)
+        host = host_of[axes] = collective_host_s * math.log2(group) if group > 1 else 0.0
+        return host
+
+    # the hot loop (every step of every chunk) reads the two caches' tables itself when they hold the step's
+    # price, and asks them (which price and remember it) when they do not
+    op_ids, recent, comm_times = costs.op_ids, costs.recent, pricer.times
     for ch in program.chunks:
         stage_rank = mesh.rank({"pp": ch.pp_rank})
-        for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
-            if s.kind == "compute":
-                s.duration_s, s.host_s = costs.step(s)
-                continue
-            s.duration_s = cost(s, stage_rank)
-            if s.kind == "collective" and s.axes:
-                # issuing a collective costs framework time plus the launch skew of its members,
-                # which grows with the group like a tree of waits (log2 of the group size)
-                group = mesh.group_size(s.axes)
-                s.host_s = collective_host_s * math.log2(group) if group > 1 else 0.0
+        for s in (*ch.fwd, *ch.bwd, *ch.grad_sync, *ch.post_step):
+            kind = s.kind
+            if kind == "compute":
+                value = op_ids.get(id(s.op)) if cache else None
+                last = recent.get((value, s.phase)) if value is not None else None
+                s.duration_s, s.host_s = last[1] if last is not None and last[0] == s.local else costs.step(s)
+            elif kind == "memory":
+                s.duration_s = pricer.memory_access(s)
+            else:
+                t = comm_times.get((s.collective, s.size_bytes, s.axes, stage_rank)) if cache else None
+                s.duration_s = pricer.collective(s, stage_rank) if t is None else t
+                if kind == "collective" and s.axes:
+                    host = host_of.get(s.axes)
+                    s.host_s = collective_host(s.axes) if host is None else host
         if program.tree.tp_comm_overlap and mesh.tp > 1:
             _overlap_tp_comm(ch.fwd, mesh.tp)
             _overlap_tp_comm(ch.bwd, mesh.tp)

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from operator import attrgetter
 
 
 class OpKind(StrEnum):
@@ -108,32 +109,48 @@ class Op:
 
     def key(self) -> tuple:
         """A hashable value of every field (dims as its ordered items): ops with equal keys cost and lower
-        alike, so caches of one lowering or costing share their work (compile.program, cost.annotate)."""
-        values = [getattr(self, f) for f in _OP_FIELDS]
-        values[_OP_DIMS] = tuple(self.dims.items())
-        values[_OP_SAVED] = tuple(tuple(vars(t).values()) for t in self.saved)  # plain tuples hash fast
-        return tuple(values)
+        alike, so caches of one lowering or costing share their work (compile.program, cost.annotate).
+        Computed once per op and kept on it (an op is frozen: lowering and costing both ask, per op)."""
+        k = self.__dict__.get("_key")
+        if k is None:
+            values = list(_op_fields(self))
+            values[_OP_DIMS] = tuple(self.dims.items())
+            values[_OP_SAVED] = tuple(map(_saved_fields, self.saved))  # plain tuples hash fast
+            k = tuple(values)
+            object.__setattr__(self, "_key", k)  # not a field: equality, repr and replace() ignore it
+        return k
 
 
 _OP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Op))
 _OP_DIMS = _OP_FIELDS.index("dims")
 _OP_SAVED = _OP_FIELDS.index("saved")
+_op_fields = attrgetter(*_OP_FIELDS)
+_saved_fields = attrgetter(*(f.name for f in fields(SavedTensor)))
 
 
 class OpValues:
     """Small integer ids of op values (Op.key) for the caches of one lowering or costing: equal ops get one id,
-    so cache keys hash and compare as ints. Ops are remembered by object id, valid while they live (the
-    owner of an OpValues keeps the model or program that holds them)."""
+    so cache keys hash and compare as ints. Ops are looked up by object id; the ops seen are kept alive here,
+    so an id cannot be reused by another op while this table lives (a program hands its lowering's table to
+    the costing of it)."""
 
     def __init__(self) -> None:
-        self._by_object: dict[int, int] = {}
+        self.ids: dict[int, int] = {}  # id(op) -> its value's id, for ops seen (a hot loop may read it directly)
         self._by_value: dict[tuple, int] = {}
+        self._seen: list[Op] = []
 
     def __call__(self, op: Op) -> int:
-        i = self._by_object.get(id(op))
+        i = self.ids.get(id(op))
         if i is None:
-            i = self._by_object[id(op)] = self._by_value.setdefault(op.key(), len(self._by_value))
+            i = self.ids[id(op)] = self._by_value.setdefault(op.key(), len(self._by_value))
+            self._seen.append(op)
         return i
+
+    def alias(self, op: Op, like: Op) -> None:
+        """Record `op` as equal in value to `like` (compared by the caller): its key need not be built."""
+        if id(op) not in self.ids:
+            self.ids[id(op)] = self(like)
+            self._seen.append(op)
 
 
 @dataclass
