@@ -63,8 +63,8 @@ def graphs(draw: st.DrawFn) -> ExecutionGraph:
     g = ExecutionGraph()
     n_classes = draw(st.integers(1, 4))
     g.classes = [RankClass(f"c{c}", c, 1, range(c, c + 1)) for c in range(n_classes)]
-    for r in range(draw(st.integers(0, 3))):
-        g.resource_id(f"link{r}")
+    shared = [g.resource_id(f"link{r}") for r in range(draw(st.integers(0, 3)))]
+    own = [g.resource_id(f"own{c}") for c in range(n_classes)]  # loaded by a class's compute stream, mostly
     time = st.sampled_from(TIMES)
     streams = [*Stream, 5] if draw(st.booleans()) else list(Stream)
     for t in range(draw(st.integers(1, 40))):
@@ -78,10 +78,15 @@ def graphs(draw: st.DrawFn) -> ExecutionGraph:
         if stream == Stream.COMPUTE and draw(st.booleans()):
             parts = {c: draw(time) for c in draw(st.lists(st.sampled_from(CATEGORIES), min_size=1, max_size=3))}
         demand = None
-        if g.resources and draw(st.integers(0, 2)):
-            demand = tuple((r, draw(st.sampled_from((0.0, 0.5, 1.0, 2.0))))
-                           for r in sorted(set(draw(st.lists(st.integers(0, len(g.resources) - 1), min_size=1,
-                                                             max_size=3)))))
+        if stream == Stream.COMPUTE and draw(st.booleans()):  # below, at or above the link's capacity
+            work = [draw(st.sampled_from((0.2, 0.5, 0.9995, 1.0, 1.5))) * duration
+                    for _ in range(draw(st.sampled_from((1, 1, 1, 2))))]  # twice: rounding left on the link
+            demand = tuple((own[classes[0]], w) for w in work)
+        elif draw(st.integers(0, 2)):
+            links = shared + own[:draw(st.integers(0, 1))]  # now and then another class's own link
+            if links:
+                demand = tuple((r, draw(st.sampled_from((0.0, 0.5, 1.0, 2.0))))
+                               for r in sorted(set(draw(st.lists(st.sampled_from(links), min_size=1, max_size=3)))))
         host_s = draw(st.sampled_from((0.0, 0.0, 0.1, 0.5, 1.0)))
         host_path = draw(st.none() | time)
         g.add(f"t{t}", "compute" if stream == Stream.COMPUTE else "collective", stream,

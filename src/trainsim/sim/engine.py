@@ -47,6 +47,9 @@ OVERLAP_GAMMA = 0.189
 NS = len(Stream)
 _COMPUTE, _FEATURE, _GRAD, _P2P = int(Stream.COMPUTE), int(Stream.FEATURE), int(Stream.GRAD), int(Stream.P2P)
 _SLOWED = frozenset({"compute", "recompute", "optimizer"})
+# a flow loading an exclusive resource below this (of its capacity 1) can never saturate it: sim.flows
+# saturates a resource within 1e-9 of its level (< 1 while any flow is throttled)
+_QUIET = 0.999
 
 
 class SimulationError(RuntimeError):
@@ -72,6 +75,25 @@ def _p2p_sends(graph: ExecutionGraph, n_classes: int) -> tuple[list[list[int]], 
     built for: task ids follow that class's program order), a compute task its last participant's."""
     sends = [graph.queues.get((c, Stream.P2P), []) for c in range(n_classes)]
     return sends, [list(accumulate(s, max)) for s in sends]
+
+
+def _exclusive_resources(demand: list[tuple[tuple[int, float], ...] | None], tq: list[tuple[int, ...]],
+                         n_resources: int) -> list[bool]:
+    """Per resource: only the tasks of one stream queue load it, each once. They run one at a time, so a
+    flow on it never shares it, and its summed load is exactly that flow's intensity (0 between flows)."""
+    owner = [-2] * n_resources  # the one queue of its users, -2: none yet, -1: several
+    last = [-1] * n_resources  # its latest user (a task that lists it twice leaves rounding behind)
+    for t, (dem, qs) in enumerate(zip(demand, tq, strict=True)):
+        if dem:
+            q = qs[0] if len(qs) == 1 else -1
+            for r, _ in dem:
+                o = owner[r]
+                if o == -2:
+                    owner[r] = q
+                elif o != q or last[r] == t:
+                    owner[r] = -1
+                last[r] = t
+    return [o >= 0 for o in owner]
 
 
 def _slowdown(graph: ExecutionGraph, t: int, gamma: float) -> float:
@@ -104,7 +126,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     dur, host, host_path = graph.duration_s, graph.host_s, graph.host_path_s
     mem_peak, mem_net = graph.mem_peak_bytes, graph.mem_net_bytes
     flow_lat = graph.flow_latency_s
-    demand = graph.flow_demand if bandwidth_sharing and any(graph.flow_demand) else [None] * n
+    sharing = bandwidth_sharing and any(graph.flow_demand)
+    demand = graph.flow_demand if sharing else [None] * n
     use_host = any(h > 0 for h in host)
     p2p_sync = use_host and p2p_host_sync
     sends, sends_reach = _p2p_sends(graph, n_classes) if p2p_sync else ([], [])
@@ -153,6 +176,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     demand_load = [0.0] * len(graph.resources)
     throttled = 0  # active flows below full speed at the last refill
     intensity: list[Intensities | None] = [None] * n  # of flows, derived at their first refill
+    exclusive = _exclusive_resources(demand, tq, len(graph.resources)) if sharing else []
     heap: list[tuple[float, int, int, int]] = []
     seq = count().__next__  # ties in time pop in push order
 
@@ -197,11 +221,17 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                 reschedule(f, now)
 
     def flow_start(t: int, now: float) -> None:
-        """t starts loading its resources (intensity: work / bandwidth seconds); refill on overload."""
-        active[t] = None
+        """t's bandwidth part starts: it loads its resources (intensity: work / bw_of[t] seconds) and the
+        shares are recomputed if that overloads one or some flow runs throttled. A flow on one exclusive
+        resource (no other flow at the same time), below its capacity, can neither be throttled nor
+        change another's share nor overload: it is left out (from `active` and the loads) altogether."""
         bw = bw_of[t]
+        dem = demand[t]
+        if len(dem) == 1 and exclusive[dem[0][0]] and dem[0][1] < _QUIET * bw:
+            return
+        active[t] = None
         over = False
-        for r, w in demand[t]:
+        for r, w in dem:
             if w > 0:
                 load = demand_load[r] = demand_load[r] + w / bw
                 if load > 1.0 + 1e-12:
@@ -249,9 +279,12 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                 if issue > now + 1e-12:
                     heappush(heap, (issue, seq(), -1 - x, 0))
                     continue
-                h = host[x]
-                for c in members:
-                    host_free[c] = max(host_free[c], synced) + h
+                if len(members) == 1:
+                    host_free[members[0]] = issue + host[x]  # = max(its host_free, synced) + host_s
+                else:
+                    h = host[x]
+                    for c in members:
+                        host_free[c] = max(host_free[c], synced) + h
                 issue_of[x] = issue
             waiting[x] = -1
             start[x] = now
@@ -291,24 +324,16 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                         e = f
                 run_task[c], left[x], since[x], rate[x] = x, d, now, r0
                 heappush(heap, (e, seq(), x, 0))
-                if dem and d > 0:  # a flow from its start: load its resources (intensity: work / d)
+                if dem and d > 0:  # a flow from its start
                     bw_of[x] = d
-                    active[x] = None
-                    over = False
-                    for r, w in dem:
-                        if w > 0:
-                            load = demand_load[r] = demand_load[r] + w / d
-                            if load > 1.0 + 1e-12:
-                                over = True
-                    if over or throttled:
-                        refill(now)
+                    flow_start(x, now)
                 continue
             # a host-bound collective: its kernel waits to be launched before it moves anything
             late = max(0.0, issue_of[x] + host_path[x] - now - d) if use_host and s == _FEATURE else 0.0
             lat = flow_lat[x]
             if dem and d - lat > 0:  # a flow after its latency
                 bw_of[x] = d - lat
-                lat = min(lat, d) + late
+                lat = (d if d < lat else lat) + late  # min(lat, d) + late
                 if lat > 0:
                     heappush(heap, (now + lat, seq(), x, -1))
                 else:
@@ -333,15 +358,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                 bw = left[t] = bw_of[t]
                 since[t] = now
                 heappush(heap, (now + bw, seq(), t, 0))  # bw > 0: now + max(bw, 0.0)
-                active[t] = None
-                over = False
-                for r, w in demand[t]:
-                    if w > 0:
-                        load = demand_load[r] = demand_load[r] + w / bw
-                        if load > 1.0 + 1e-12:
-                            over = True
-                if over or throttled:
-                    refill(now)
+                flow_start(t, now)
             continue  # else stale: the task's rate changed after this end was scheduled
         # ---- task t ends
         end[t] = now
