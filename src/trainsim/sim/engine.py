@@ -21,12 +21,14 @@ How the loop runs (and why it is fast). Events are heap entries (time, sequence 
 version): a task's end (stale once a rate change bumped the task's version), the end of a flow's
 latency (version -1) or a host-issue wake-up (task encoded as -1 - t). Equal times pop in push
 order. Each task keeps one counter, `waiting`: its unfinished dependencies plus the queues it is
-not yet at the head of. An event collects, in a fixed order, the tasks it may let start (the
-successors it made ready, then the new head of each queue it left, then, after a pipeline send,
-the host-issued heads it may unblock) and the loop tries each in turn: ready means waiting == 0,
-then the host may still hold it (its sync point or issue time). Only ready tasks cost more than
-two list lookups, and per-task inputs (intensities, the gamma slowdown) are derived when a task
-needs them, not for every task up front.
+not yet at the head of (-1 once started). An event collects, in a fixed order, the tasks it may let
+start (the successors it made ready, then the new head of each queue it left, then, after a pipeline
+send, the host-issued heads it may unblock) and the loop tries each in turn: ready means waiting ==
+0, then the host may still hold it (its sync point or issue time). The order, and every float
+operation, are those of the simple engine this replaced (kept as tests/engine_reference.py), so
+traces are the same to the bit. Per-task inputs (intensities, the gamma slowdown, a host sync
+point) are derived when a task needs them, not for every task up front, and a flow alone on a link
+only its own stream loads (a class's GPU link under its fused compute) is left out of the shares.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     seq = count().__next__  # ties in time pop in push order
 
     def slowdown(t: int) -> float:
+        """Compute task t's rate under gradient overlap (derived once, when first needed)."""
         v = slow_rate[t]
         if not v:
             v = slow_rate[t] = _slowdown(graph, t, gamma) if gamma > 0 else 1.0
@@ -240,11 +243,11 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
             refill(now)
 
     def bandwidth_phase(t: int, now: float) -> None:
-        """A flow task's latency is over: its bandwidth part starts sharing links (a task's version is 0
-        until it runs at a rate)."""
-        lt = left[t] = bw_of[t]
-        since[t], rate[t], share[t] = now, 1.0, 1.0
-        heappush(heap, (now + max(lt, 0.0), seq(), t, 0))
+        """A flow task's latency is over: its bandwidth part (bw_of[t] > 0 seconds alone) starts sharing
+        links. Its rate and share are still 1 and its version 0: nothing rescheduled it yet."""
+        bw = left[t] = bw_of[t]
+        since[t] = now
+        heappush(heap, (now + bw, seq(), t, 0))
         flow_start(t, now)
 
     done = 0
@@ -354,11 +357,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
             add_ready(-1 - t)
             continue
         if ver != version[t]:
-            if ver == -1:  # a flow's latency is over: its bandwidth part starts loading its resources
-                bw = left[t] = bw_of[t]
-                since[t] = now
-                heappush(heap, (now + bw, seq(), t, 0))  # bw > 0: now + max(bw, 0.0)
-                flow_start(t, now)
+            if ver == -1:  # a flow's latency is over
+                bandwidth_phase(t, now)
             continue  # else stale: the task's rate changed after this end was scheduled
         # ---- task t ends
         end[t] = now
