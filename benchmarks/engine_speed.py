@@ -67,7 +67,8 @@ def same(a: Any, b: Any) -> bool:  # noqa: ANN401
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=10, help="warm calls per engine and case (the best is printed)")
+    ap.add_argument("--repeat", type=int, default=10,
+                    help="warm calls per engine and case (the best is printed)")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     args = ap.parse_args()
     print(f"{'case':<56}{'tasks':>7}{'before ms':>11}{'now ms':>9}{'speed-up':>10}  same trace")

@@ -35,10 +35,12 @@ def _same(a: Any, b: Any) -> bool:  # noqa: ANN401
     return bool(a == b)
 
 
-def _outcome(engine: Any, graph: ExecutionGraph, **kw: Any) -> tuple[SimTrace | str, list[tuple[int, int]]]:  # noqa: ANN401
+def _outcome(engine: Any, graph: ExecutionGraph,  # noqa: ANN401
+             **kw: Any) -> tuple[SimTrace | str, list[tuple[int, int]]]:  # noqa: ANN401
     calls: list[tuple[int, int]] = []
     try:
-        trace: SimTrace | str = engine(graph, progress=lambda k, n: calls.append((k, n)), progress_every=3, **kw)
+        trace: SimTrace | str = engine(graph, progress=lambda k, n: calls.append((k, n)), progress_every=3,
+                                       **kw)
     except SimulationError as e:
         trace = str(e)
     return trace, calls
@@ -76,7 +78,8 @@ def graphs(draw: st.DrawFn) -> ExecutionGraph:
         duration = draw(time)
         parts = None
         if stream == Stream.COMPUTE and draw(st.booleans()):
-            parts = {c: draw(time) for c in draw(st.lists(st.sampled_from(CATEGORIES), min_size=1, max_size=3))}
+            cats = draw(st.lists(st.sampled_from(CATEGORIES), min_size=1, max_size=3))
+            parts = {c: draw(time) for c in cats}
         demand = None
         if stream == Stream.COMPUTE and draw(st.booleans()):  # below, at or above the link's capacity
             work = [draw(st.sampled_from((0.2, 0.5, 0.9995, 1.0, 1.5))) * duration
@@ -85,13 +88,14 @@ def graphs(draw: st.DrawFn) -> ExecutionGraph:
         elif draw(st.integers(0, 2)):
             links = shared + own[:draw(st.integers(0, 1))]  # now and then another class's own link
             if links:
-                demand = tuple((r, draw(st.sampled_from((0.0, 0.5, 1.0, 2.0))))
-                               for r in sorted(set(draw(st.lists(st.sampled_from(links), min_size=1, max_size=3)))))
+                loaded = sorted(set(draw(st.lists(st.sampled_from(links), min_size=1, max_size=3))))
+                demand = tuple((r, draw(st.sampled_from((0.0, 0.5, 1.0, 2.0)))) for r in loaded)
         host_s = draw(st.sampled_from((0.0, 0.0, 0.1, 0.5, 1.0)))
         host_path = draw(st.none() | time)
         g.add(f"t{t}", "compute" if stream == Stream.COMPUTE else "collective", stream,
               draw(st.sampled_from(CATEGORIES)), duration, classes, deps, parts=parts,
-              mem_peak=draw(st.sampled_from((0.0, 1.0, 3.0))), mem_net=draw(st.sampled_from((0.0, 2.0, -2.0))),
+              mem_peak=draw(st.sampled_from((0.0, 1.0, 3.0))),
+              mem_net=draw(st.sampled_from((0.0, 2.0, -2.0))),
               host_s=host_s, host_path_s=host_path, flow_latency_s=draw(st.sampled_from((0.0, 0.25, 1.0))),
               flow_demand=demand)
     if len(g) > 2 and draw(st.integers(0, 9)) == 0:  # a class joins an earlier collective late: may deadlock
@@ -125,7 +129,8 @@ def test_a_graph_that_cannot_finish_says_why() -> None:
 JOBS = {
     "default job (GPT-3 175B, 1024 A100)": None,
     "default job, no bandwidth sharing": {"bandwidth_sharing": False},
-    "llama3.1-405b": {"model": {"name": "llama3.1-405b", "seq_len": 8192}, "cluster": {"name": "dgx-h100", "nodes": 64},
+    "llama3.1-405b": {"model": {"name": "llama3.1-405b", "seq_len": 8192},
+                      "cluster": {"name": "dgx-h100", "nodes": 64},
                       "strategy": {"tp": 8, "pp": 16, "dp": 4, "global_batch": 64, "sequence_parallel": True,
                                    "recompute": "selective", "zero": 1}},
 }

@@ -141,14 +141,15 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
         qlist[c * ns + s] = [*tasks, n]
     qhead = [0] * len(qlist)  # index of each queue's head (running or next to run)
     host_queues = [(c * ns + _COMPUTE, c * ns + _FEATURE) for c in range(n_classes)]  # what a host issues
-    tq = [(p[0] * ns + s,) if len(p) == 1 else tuple(c * ns + s for c in p) for p, s in zip(participants, kind, strict=True)]
+    tq = [(p[0] * ns + s,) if len(p) == 1 else tuple(c * ns + s for c in p)  # t's queues, participant order
+          for p, s in zip(participants, kind, strict=True)]
     succ: list[list[int]] = [[] for _ in range(n)]
     for t, ds in enumerate(deps):
         for d in ds:
             succ[d].append(t)
     # unfinished dependencies + queues where t is not the head yet: t may start when it reaches 0
     waiting = list(map(add, map(len, deps), map(len, participants)))
-    waiting.append(len(qlist) + 1)  # the sentinel's never reaches 0 (and a started task's is -1)
+    waiting.append(len(qlist) + 1)  # the sentinel's: each queue lowers it once at most (a started task's: -1)
     for q in qlist:
         waiting[q[0]] -= 1
 
@@ -275,7 +276,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                     for p in ds:
                         if kind[p] == _P2P and end[p] > synced:
                             synced = end[p]
-                # each member's host issues it when done with what came before (a collective runs once all did)
+                # each member's host issues it when done with what came before (a collective: once all did)
                 issue = host_free[members[0]] if len(members) == 1 else max(host_free[c] for c in members)
                 if synced > issue:
                     issue = synced
