@@ -188,3 +188,15 @@ def test_deeper_pipelines_fold_on_the_first_try(name: str, model: dict[str, Any]
     assert folded.fold is not None and folded.fold.startswith("folded"), (name, folded.fold)
     assert _first_try(folded, strategy), (name, folded.fold)
     _assert_same(_numbers(simulate(job, timeline=True)), _numbers(folded))
+
+
+@pytest.mark.parametrize("strategy", [
+    {"pp": 4, "tp": 2, "dp": 1, "micro_batch": 1, "global_batch": 48, "sequence_parallel": True},
+    {"pp": 4, "tp": 2, "dp": 1, "micro_batch": 1, "global_batch": 64, "schedule": "zb-h1"},
+])
+def test_exact_per_rank_classes_fold_to_the_full_answer(strategy: dict[str, Any]) -> None:
+    """One class per rank: TP collectives are tasks several classes share (and their hosts issue together)."""
+    job = _job({"name": "gpt2", "layers": 8, "seq_len": 128}, strategy, exact=True)
+    folded = simulate(job)
+    assert folded.fold is not None and folded.fold.startswith("folded"), folded.fold
+    _assert_same(_numbers(simulate(job, timeline=True)), _numbers(folded))
