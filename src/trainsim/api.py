@@ -59,8 +59,9 @@ from .sim.result import (
     BREAKDOWN_KEYS,
     SimulationResult,
     StageMemory,
-    class_breakdown,
+    class_breakdowns,
     critical_path,
+    task_columns,
     time_by_category,
 )
 from .strategy.placement import placement
@@ -625,8 +626,9 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
 def _folded_run(program: Program, build: dict[str, Any], engine: dict[str, Any], predicted: int,
                 progress: ProgressFn | None
                 ) -> tuple[tuple[ExecutionGraph, SimTrace, Fold, FoldedSummary] | None, str | None]:
-    """Simulate fewer identical micro-batches and add the repeating periods (sim.periodic); None (and why,
-    for verbose output) when the schedule does not repeat exactly or folding would save too little.
+    """Simulate fewer identical micro-batches and add the repeating periods (sim.periodic: the counts it
+    proposes, smallest first); None (and why, for verbose output) when the schedule does not repeat exactly or
+    folding would save too little. The reduced run's columns are read once, for the fold and its summary.
     `progress` sees the reduced graph: its tasks built (of `predicted` scaled down) and simulated."""
     mesh, sched = program.tree.mesh, program.tree.schedule
     m = sched.n_micro_batch
@@ -640,8 +642,9 @@ def _folded_run(program: Program, build: dict[str, Any], engine: dict[str, Any],
                             progress=(lambda k, n=share: progress("building graph", k, n)) if progress else None)
         trace = run(graph, **engine, record_memory=False,  # a folded result keeps no timeline
                     progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
-        fold = find_fold(graph, trace, reduced, m, period)
-        summary = fold_summary(graph, trace, fold) if fold is not None else None
+        cols = task_columns(graph, trace)
+        fold = find_fold(graph, trace, reduced, m, period, cols)
+        summary = fold_summary(graph, trace, fold, cols) if fold is not None else None
         if fold is not None and summary is not None:
             return (graph, trace, fold, summary), fold.describe()
     return None, (f"simulated every one of the {m} micro-batches: a simulation of fewer did not settle into an "
@@ -701,9 +704,10 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
                             progress=(lambda k: progress("building graph", k, predicted)) if progress else None)
         trace = run(graph, **engine, progress=(lambda k, n: progress("simulating", k, n)) if progress else None)
         iteration = max(trace.end_s) if len(graph) else 0.0
-        per_class = [class_breakdown(graph, trace, c, iteration) for c in range(len(graph.classes))]
-        path = critical_path(graph, trace)
-        path_by_category, path_tasks, n_tasks = time_by_category(graph, trace, path), len(path), len(graph)
+        cols = task_columns(graph, trace)
+        per_class = class_breakdowns(graph, trace, iteration, cols)
+        path = critical_path(graph, trace, cols)
+        path_by_category, path_tasks, n_tasks = time_by_category(graph, trace, path, cols), len(path), len(graph)
     _check_iteration(iteration)
     weights = [rc.multiplicity for rc in graph.classes]
     total_w = sum(weights)

@@ -2,36 +2,50 @@
 
 A training iteration runs m identical micro-batches through the same schedule (1F1B, interleaved,
 zero-bubble). After the warm-up the engine settles into a steady state in which micro-batch k + d does
-exactly what micro-batch k did, Delta seconds later, on every stream of every rank class. The engine is
-deterministic and each task's times depend only on a bounded neighbourhood (its dependencies, its
-predecessors on its streams and the host that issues it, and the tasks running beside it, which share
-its links and its overlap slowdown): so once a stretch of micro-batches wider than twice that
-neighbourhood repeats exactly (start, end and the predecessor that released each task; the host's issue
-time too, or the host runs further ahead every period and never holds a task up after the cut), an
-iteration of m micro-batches is the simulated one of m' < m with (m - m') / d copies of one period
-inserted in the middle, every later task Delta x copies later. That is what this module checks and uses:
+exactly what micro-batch k did, Delta seconds later, on every stream of every rank class. So the iteration
+of m micro-batches is a simulated one of m' < m with n = (m - m') / d copies of one period inserted at a
+seam time T: the reduced run's tasks that start before T as they ran; n copies of its period, the tasks
+that start in [T, T + Delta) (copy i: each task's twin i d micro-batches later, i Delta later); then the
+tasks that start from T on, n d micro-batches and n Delta later.
 
-- `reduced_micro_batches`: how many micro-batches to try simulating (a few pipeline depths, congruent to
-  m mod d);
-- `find_fold`: in that simulation, the longest run of micro-batches k whose tasks equal those of k - d
-  shifted by one Delta (times within 1e-12 of the iteration; durations, releasing predecessors and
-  memory per period exactly), its neighbourhood width H (in micro-batches, from dependencies, stream
-  order and what runs concurrently) and a cut c with H verified micro-batches on both sides;
-- `fold_summary`: the full iteration's numbers from the reduced one: iteration time + copies x Delta,
-  each class's breakdown + copies x one period's (its tasks' compute, and the exposed communication and
-  bubble swept over one period of time), the critical path's categories + copies x its periodic segment,
-  and the task count. Peak memory needs nothing: a period allocates and frees the same bytes.
+Why that is exact. The engine is deterministic and causal: a task's start, end and releasing predecessor
+are fixed by the tasks that influence it, every one started before it ends: its dependencies (less those
+implied by its stream's order), its predecessor on each stream it runs on, the task its host issued
+before it and the pipeline send its host syncs on, and every task running beside it (they share its links,
+its overlap slowdown). A schedule in which each task agrees with its influencers as the engine's rules
+say is the engine's schedule. In the spliced one, a task and an influencer on the same side of T and of
+T + Delta agree because they agree in the reduced run, shifted alike. A pair that straddles T or T + Delta
+agrees when the earlier task is repeated by its twin a period later and every task starting between them
+repeats its twin: the same start, end and duration shifted by Delta, the releasing predecessor a period
+apart, the same influencers a period apart (micro-batch offset and position) and the host's issue time
+shifted by Delta too, or else a host that never holds up a task from T on (it runs further ahead every
+period). So `find_fold` verifies the band of time from the earliest straddling task (plus a period) to the
+latest, and that no per-iteration task (an optimizer step, a gradient reduction) straddles. The copies
+are the full run's own tasks because the schedule's steady pattern does not depend on m (its warm-up and
+cool-down depend on the pipeline depth): the copied period holds each task position once (per micro-batch
+of a period), each with its twins' influencers. Peak memory needs nothing: a period must free what it
+allocates.
+
+- `reduced_micro_batches`: how many micro-batches to try simulating: the warm-up (about a pipeline depth)
+  and four periods first, congruent to m mod d, then more;
+- `find_fold`: in that simulation, Delta (the shift most tasks have from their twin d micro-batches
+  earlier), which tasks repeat their twin, and the earliest seam T the argument above holds for, with the
+  band of time it verified (`Fold.band_s`);
+- `fold_summary`: the full iteration's numbers from the reduced one: iteration time + n x Delta, each
+  class's breakdown + n x one period's (the period's compute, and the exposed communication and bubble
+  swept over [T, T + Delta)), the critical path's categories + n x a periodic segment of it inside the
+  band, and the task count.
 
 Anything that breaks the repetition (GPipe's growing activations, a host that falls behind a little more
-every period, contention that drifts) fails the check and the caller simulates every micro-batch.
-`tests/test_periodic.py` compares folded and full simulations on random small jobs.
+every period, contention that drifts, memory that does not come back) fails the check and the caller
+simulates more micro-batches, then every one. `tests/test_periodic.py` compares folded and full
+simulations on random small jobs and deeper pipelines.
 """
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -40,11 +54,12 @@ from ..compile.program import Stream
 from .engine import SimTrace
 from .result import (
     BREAKDOWN_KEYS,
-    add_compute_parts,
-    class_breakdown,
+    Sweep,
+    TaskColumns,
+    breakdown_seconds,
+    compute_seconds,
     critical_path,
-    exposed_time,
-    is_compute,
+    task_columns,
     time_by_category,
 )
 
@@ -55,14 +70,16 @@ MIN_SAVING = 1.5  # fold only when the full run has this many times the micro-ba
 @dataclass(frozen=True)
 class Fold:
     """How a reduced simulation stands for the full one: `copies` periods of `period_micro_batches`
-    micro-batches, `period_s` each, inserted at micro-batch `cut`."""
+    micro-batches, `period_s` each: the reduced run's tasks starting in [seam_s, seam_s + period_s),
+    inserted there. Every task starting in `band_s` repeats its twin a period before (verified)."""
 
     simulated_micro_batches: int
     micro_batches: int
     period_micro_batches: int
     period_s: float
-    cut: int
-    neighbourhood: int
+    seam_s: float
+    band_s: tuple[float, float]
+    grid: _Grid | None = field(default=None, compare=False, repr=False)  # the reduced run's micro-batch grid
 
     @property
     def copies(self) -> int:
@@ -91,203 +108,336 @@ def period_candidates(kind: str, pp: int) -> tuple[int, ...]:
 
 
 def reduced_micro_batches(kind: str, pp: int, v: int, m: int, period: int) -> list[int]:
-    """The micro-batch counts to try simulating in place of m, smallest first: three pipeline depths (the
-    warm-up, then twice the neighbourhood) plus two periods, congruent to m modulo the period, and twice
-    that where it still saves half the work (a steady state that takes longer to settle, zero bubble's
-    postponed weight gradients say). Empty when folding saves too little or the schedule does not repeat
-    (GPipe's activations grow with m; HTAE chooses its order at run time)."""
+    """The micro-batch counts to try simulating in place of m, smallest first, each congruent to m modulo the
+    period and tried only where it saves enough work (MIN_SAVING; twice that for the last). Empty when folding
+    saves too little or the schedule does not repeat (GPipe's activations grow with m; HTAE chooses its order
+    at run time).
+
+    The first: the micro-batches that enter before every stage runs its steady pattern (1F1B: the pipeline
+    depth; interleaved: two groups of pp; zero bubble, whose postponed weight gradients settle slowly: four
+    depths), then four periods (one to settle, the copied period and its twins, the band around the seam)
+    and two more (the first and the last micro-batch have tasks of their own). Measured, the seam is found
+    from one micro-batch fewer for 1F1B (pp 1..32) and interleaving (pp 2..8, v 2..4), and five fewer for zero
+    bubble (pp 2..16). Then, where a steady state settles later: three depths plus two periods plus two,
+    then twice that."""
     if kind not in ("1f1b", "interleaved", "zb-h1"):
         return []
     depth = pp * v
-    tries = []
-    for want, saving in ((3 * depth + 2 * period + 2, MIN_SAVING), (6 * depth + 4 * period + 4, 2.0)):
+    warm_up = {"1f1b": depth, "interleaved": 2 * pp, "zb-h1": 4 * depth}[kind]
+    tries: list[int] = []
+    wants = ((warm_up + 4 * period + 2, MIN_SAVING), (3 * depth + 2 * period + 2, MIN_SAVING),
+             (6 * depth + 4 * period + 4, 2.0))
+    for want, saving in wants:
         reduced = want + (m - want) % period
         if kind == "interleaved" and reduced % pp:
             break
         if reduced * saving > m:
             break
-        tries.append(reduced)
+        if not tries or reduced > tries[-1]:
+            tries.append(reduced)
     return tries
 
 
-def _by_micro_batch(graph: ExecutionGraph, m: int) -> list[np.ndarray]:
-    """Task ids of each micro-batch 0..m-1, in creation order."""
+@dataclass(frozen=True)
+class _Grid:
+    """The tasks of micro-batches 1..m-2 (those with the common task count) as a matrix: row = micro-batch,
+    column = position in creation order; `row` and `col` per task, -1 for the first and last micro-batch's
+    tasks and the per-iteration ones (which have no twins)."""
+
+    ids: np.ndarray
+    row: np.ndarray
+    col: np.ndarray
+
+    def twin(self, tasks: np.ndarray, shift: int) -> np.ndarray:
+        """The task `shift` micro-batches after each of `tasks` (-1 where there is none in the grid)."""
+        r = self.row[tasks] + shift
+        ok = (self.row[tasks] >= 0) & (r >= 1) & (r < len(self.ids) - 1)
+        return np.where(ok, self.ids[np.where(ok, r, 0), self.col[tasks]], -1)
+
+
+def _grid(graph: ExecutionGraph, m: int) -> _Grid | None:
+    """The grid of a run of m micro-batches; None unless micro-batches 1..m-2 have one task count."""
     mb = np.asarray(graph.micro_batch, dtype=np.int64)
     order = np.argsort(mb, kind="stable")
     bounds = np.searchsorted(mb[order], np.arange(m + 1))
-    return [order[bounds[k]:bounds[k + 1]] for k in range(m)]
+    sizes = np.diff(bounds)[1:-1]
+    if not len(sizes) or np.any(sizes != sizes[0]) or sizes[0] == 0:
+        return None
+    width = int(sizes[0])
+    ids = np.full((m, width), -1, dtype=np.int64)
+    ids[1:-1] = order[bounds[1]:bounds[m - 1]].reshape(m - 2, width)
+    row = np.full(len(mb), -1, dtype=np.int64)
+    col = np.full(len(mb), -1, dtype=np.int64)
+    inner = ids[1:-1].ravel()
+    row[inner] = np.repeat(np.arange(1, m - 1), width)
+    col[inner] = np.tile(np.arange(width), m - 2)
+    return _Grid(ids, row, col)
 
 
-def _neighbourhood(graph: ExecutionGraph, trace: SimTrace, mb: np.ndarray, tasks: np.ndarray) -> int:
-    """H: how many micro-batches away a task's times can be influenced from (for `tasks`): its dependencies
-    and stream predecessors, the micro-batches of tasks started before it ended and of tasks still running
-    when it started (everything that may share its links, its host or its overlap slowdown)."""
-    h = 0
-    mine = np.zeros(len(graph), dtype=bool)
-    mine[tasks] = True
-    for q in graph.queues.values():  # each task's predecessor on every stream it runs on
-        if len(q) > 1:
-            ids = np.asarray(q)
-            before, after = ids[:-1], ids[1:]
-            keep = mine[after] & (mb[before] >= 0)
-            if keep.any():
-                h = max(h, int(np.abs(mb[after][keep] - mb[before][keep]).max()))
-    for t in tasks.tolist():
-        k = mb[t]
-        for d in graph.deps[t]:
-            if mb[d] >= 0:
-                h = max(h, abs(k - mb[d]))
-    start = np.asarray(trace.start_s)
-    end = np.asarray(trace.end_s)
-    valid = np.flatnonzero(mb >= 0)
-    by_start = valid[np.argsort(start[valid], kind="stable")]
-    hi = np.maximum.accumulate(mb[by_start])  # the largest micro-batch started so far
-    by_end = valid[np.argsort(end[valid], kind="stable")]
-    lo = np.minimum.accumulate(mb[by_end][::-1])[::-1]  # the smallest micro-batch yet to end
-    started = np.searchsorted(start[by_start], end[tasks], side="left")
-    ended = np.searchsorted(end[by_end], start[tasks], side="right")
-    k = mb[tasks]
-    ahead = np.where(started > 0, hi[np.maximum(started - 1, 0)] - k, 0)
-    behind = np.where(ended < len(by_end), k - lo[np.minimum(ended, len(by_end) - 1)], 0)
-    return int(max(h, ahead.max(initial=0), behind.max(initial=0)))
+@dataclass(frozen=True)
+class _Edges:
+    """Who influences whom, as (influenced x, influencer y, channel) arrays: dependencies (channel 0; those
+    implied by stream order left out), each stream's predecessor (1 + class), the task the host issued
+    before (1 + classes + class) and the pipeline send the host syncs on (1 + 2 classes + class)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    channel: np.ndarray
+    host: np.ndarray  # the host's pairs (issue order, sync), which matter only while the host is in lockstep
 
 
-def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, period: int) -> Fold | None:
+def _edges(graph: ExecutionGraph, cols: TaskColumns, issued: np.ndarray) -> _Edges:
+    """The influence pairs of a simulated graph (see _Edges); `issued`: which tasks its host issued."""
+    n, n_cls = len(graph), cols.n_classes
+    lengths = np.fromiter(map(len, graph.queues.values()), np.int64, len(graph.queues))
+    members = np.fromiter(chain.from_iterable(graph.queues.values()), np.int64, int(lengths.sum()))
+    which = np.repeat(np.arange(len(lengths)), lengths)
+    place = np.arange(len(members)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    queue_of = np.full(n, -1, dtype=np.int64)  # the one queue a task is on (-1: several, or none)
+    queue_of[members] = which
+    queue_of[np.bincount(members, minlength=n) > 1] = -1
+    position = np.zeros(n, dtype=np.int64)
+    position[members] = place
+    chained = which[1:] == which[:-1]
+    owner = np.fromiter((c for c, _ in graph.queues), np.int64, len(lengths))
+    sizes = np.fromiter(map(len, graph.deps), np.int64, n)
+    dx = np.repeat(np.arange(n), sizes)
+    dy = np.fromiter(chain.from_iterable(graph.deps), np.int64, int(sizes.sum()))
+    implied = (queue_of[dx] >= 0) & (queue_of[dx] == queue_of[dy]) & (position[dy] < position[dx])
+    # the host issues a class's compute and feature tasks in start order ...
+    mt, mc = cols.member_task, cols.member_class
+    ht, hc = mt[issued[mt]], mc[issued[mt]]
+    order = np.argsort(cols.start[ht], kind="stable")  # by start, then (stable, radix for int16) by class
+    order = order[np.argsort(hc[order].astype(np.int16) if n_cls < 2**15 else hc[order], kind="stable")]
+    ht, hc = ht[order], hc[order]
+    same = hc[1:] == hc[:-1]
+    # ... and waits for the class's latest pipeline send before a task in program order (engine._sync_points:
+    # its compute queue and the feature tasks it is the first participant of)
+    kind = cols.stream[mt]
+    first = np.r_[True, mt[1:] != mt[:-1]]
+    send = kind == Stream.P2P
+    sel = send | (kind == Stream.COMPUTE) | ((kind == Stream.FEATURE) & first)
+    order = np.lexsort((mt[sel], mc[sel]))
+    st, sc, ss = mt[sel][order], mc[sel][order], send[sel][order]
+    latest = np.maximum.accumulate(np.where(ss, sc * n + st, sc * n - 1)) - sc * n
+    synced = ~ss & (latest >= 0)
+    x = np.concatenate([dx[~implied], members[1:][chained], ht[1:][same], st[synced]])
+    y = np.concatenate([dy[~implied], members[:-1][chained], ht[:-1][same], latest[synced]])
+    channel = np.concatenate([np.zeros(int((~implied).sum()), dtype=np.int64), 1 + owner[which[1:][chained]],
+                              1 + n_cls + hc[1:][same], 1 + 2 * n_cls + sc[synced]])
+    return _Edges(x, y, channel, channel > n_cls)
+
+
+def _same_structure(grid: _Grid, edges: _Edges, d: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per task, whether its influencers (micro-batch offset and column, or the task itself outside the grid)
+    are its twin's d micro-batches earlier, channel by channel: through its own pairs, and through the host's.
+    False for tasks without a twin."""
+    m, width = grid.ids.shape
+    same = np.zeros(n, dtype=bool)
+    same[grid.ids[1 + d:m - 1].ravel()] = True
+    same_host = same.copy()
+    keep = grid.row[edges.x] >= 0
+    x, y, channel, host = edges.x[keep], edges.y[keep], edges.channel[keep], edges.host[keep]
+    if not len(x):
+        return same, same_host
+    inside = grid.row[y] >= 0
+    offset = np.where(inside, grid.row[y] - grid.row[x], 0) + m
+    who = np.where(inside, grid.col[y], width + 1 + y)
+    code = (channel * (2 * m + 1) + offset) * (n + width + 2) + who
+    span = int(code.max()) + 1
+    if m * width * span >= 2**62:  # keep the keys below int64's range
+        code = np.unique(code, return_inverse=True)[1].reshape(-1)
+        span = int(code.max()) + 1
+    slot = grid.row[x] * width + grid.col[x]
+    mine = (slot * span + code)[grid.row[x] >= 1 + d]  # each task's, where it has an earlier twin
+    later = ((slot + d * width) * span + code)[grid.row[x] + d < m - 1]  # placed on its later twin
+    host_mine, host_later = host[grid.row[x] >= 1 + d], host[grid.row[x] + d < m - 1]
+    by_mine, by_later = np.argsort(mine), np.argsort(later)
+    mine, later, host_mine, host_later = mine[by_mine], later[by_later], host_mine[by_mine], host_later[by_later]
+    for a, b, a_host in ((mine, later, host_mine), (later, mine, host_later)):
+        found = b[np.minimum(np.searchsorted(b, a), len(b) - 1)] == a if len(b) else np.zeros(len(a), dtype=bool)
+        tasks = grid.ids.reshape(-1)[a // span]
+        same[tasks[~found & ~a_host]] = False
+        same_host[tasks[~found & a_host]] = False
+    return same, same_host
+
+
+def _mode(values: np.ndarray, tol: float) -> float:
+    """The value most of `values` agree with (within tol)."""
+    s = np.sort(values)
+    counts = np.searchsorted(s, s + tol, side="right") - np.arange(len(s))
+    return float(s[int(np.argmax(counts))])
+
+
+def _straddling(lo: np.ndarray, hi: np.ndarray, bad: np.ndarray, at: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each time in `at`, over the intervals [lo, hi]: the smallest lo of those with hi >= at, the largest
+    hi of those with lo < at, and the largest hi of the `bad` ones with lo < at (inf and -inf where there are
+    none). Below `at`, at least `at` and at least `at` respectively, they come from intervals with
+    lo < at <= hi, the ones that straddle it."""
+    if not len(lo):
+        none = np.full(len(at), -np.inf)
+        return -none, none, none
+    by_lo = np.argsort(lo, kind="stable")
+    i = np.searchsorted(lo[by_lo], at, side="left") - 1
+    reach = np.maximum.accumulate(hi[by_lo])
+    reach_bad = np.maximum.accumulate(np.where(bad[by_lo], hi[by_lo], -np.inf))
+    top = np.where(i >= 0, reach[i], -np.inf)
+    top_bad = np.where(i >= 0, reach_bad[i], -np.inf)
+    by_hi = np.argsort(hi, kind="stable")
+    j = np.searchsorted(hi[by_hi], at, side="left")
+    low = np.minimum.accumulate(lo[by_hi][::-1])[::-1]
+    bottom = np.where(j < len(lo), low[np.minimum(j, len(lo) - 1)], np.inf)
+    return bottom, top, top_bad
+
+
+def find_fold(graph: ExecutionGraph, trace: SimTrace, m_reduced: int, m: int, period: int,
+              cols: TaskColumns | None = None) -> Fold | None:
     """The fold of a simulation of `m_reduced` micro-batches that stands for `m`, or None if its steady state
-    does not repeat exactly over a wide enough stretch (see the module docstring)."""
-    if m_reduced < 2 * period + 1 or (m - m_reduced) % period:
+    does not repeat exactly over a wide enough stretch (see the module docstring). `cols`: the run's columns
+    (result.task_columns), where the caller has them."""
+    if m_reduced < 2 * period + 3 or (m - m_reduced) % period:
         return None
-    iteration = max(trace.end_s)
-    tol = TIME_TOL * iteration
-    groups = _by_micro_batch(graph, m_reduced)
-    sizes = {len(x) for x in groups[1:-1]}
-    if len(sizes) != 1:
+    grid = _grid(graph, m_reduced)
+    if grid is None:
         return None
-    width = sizes.pop()
-    mb = np.asarray(graph.micro_batch, dtype=np.int64)
-    pos = np.full(len(graph), -1, dtype=np.int64)
-    for ids in groups[1:-1]:
-        pos[ids] = np.arange(width)
-    start = np.asarray(trace.start_s)
-    end = np.asarray(trace.end_s)
-    issue = np.asarray(trace.issue_s) if trace.issue_s else np.full(len(graph), np.nan)
+    n, d = len(graph), period
+    cols = cols or task_columns(graph, trace)
+    start, end, stream = cols.start, cols.end, cols.stream
+    tol = TIME_TOL * float(end.max())
+    issue = np.asarray(trace.issue_s, dtype=float) if trace.issue_s else np.full(n, np.nan)
     issued = ~np.isnan(issue)
-    dur = np.asarray(graph.duration_s)
+    dur = np.asarray(graph.duration_s, dtype=float)
     pred = np.asarray(trace.critical_pred, dtype=np.int64)
-    net = np.asarray(graph.mem_net_bytes)
-    # pairs (k - period, k) for the micro-batches with the common task count (not the first and the last)
-    shifts: list[float | None] = [None] * m_reduced
-    lockstep = [True] * m_reduced  # the host issues Delta later too (else it runs further ahead every period)
-    for k in range(1 + period, m_reduced - 1):
-        a, b = groups[k - period], groups[k]
-        delta = start[b[0]] - start[a[0]]
-        if not (np.all(np.abs(start[b] - start[a] - delta) <= tol) and np.all(np.abs(end[b] - end[a] - delta) <= tol)
-                and np.array_equal(issued[a], issued[b]) and np.array_equal(dur[a], dur[b])):
-            continue
-        host_step = issue[b][issued[b]] - issue[a][issued[a]]
-        if np.any(host_step > delta + tol):  # the host falls behind the GPU: it would bind more every period
-            continue
-        lockstep[k] = bool(np.all(np.abs(host_step - delta) <= tol))
-        pa, pb = pred[a], pred[b]
-        has = pa >= 0
-        if not np.array_equal(has, pb >= 0):
-            continue
-        qa, qb = pa[has], pb[has]
-        if not (np.array_equal(mb[qb] - mb[qa], np.full(len(qa), period)) and np.array_equal(pos[qa], pos[qb])):
-            continue
-        shifts[k] = float(delta)
-    # the longest run of repeating micro-batches with one Delta
-    best: tuple[int, int] = (0, 0)
-    k = 0
-    while k < m_reduced:
-        if shifts[k] is None:
-            k += 1
-            continue
-        j = k
-        while j + 1 < m_reduced and shifts[j + 1] is not None and abs(shifts[j + 1] - shifts[k]) <= tol:  # type: ignore[operator]
-            j += 1
-        if j - k > best[1] - best[0]:
-            best = (k, j + 1)
-        k = j + 1
-    lo, hi = best  # micro-batches lo - period .. hi - 1 are verified: each of lo..hi-1 repeats the one d before
-    if hi - lo < period:
-        return None
-    verified = np.concatenate(groups[lo - period:hi])
-    h = _neighbourhood(graph, trace, mb, verified)
-    cut = lo - period + h
-    if cut + period + h > hi or cut < 1:
-        return None
-    delta = shifts[lo]
-    assert delta is not None
+    # each task against its twin d micro-batches earlier
+    x, y = grid.ids[1 + d:m_reduced - 1].ravel(), grid.ids[1:m_reduced - 1 - d].ravel()
+    shift = start[x] - start[y]
+    delta = _mode(shift, tol)
     if delta <= 0:
         return None
-    if not all(lockstep[lo:hi]) and not _host_never_binds(graph, trace, np.flatnonzero((mb >= cut) | (mb < 0)), tol):
+    px, py = pred[x], pred[y]
+    both = (px >= 0) & (py >= 0)
+    same_pred = ((px < 0) & (py < 0)) | (both & (grid.row[px] >= 0) & (grid.row[py] >= 0)
+                                         & (grid.row[px] - grid.row[py] == d) & (grid.col[px] == grid.col[py]))
+    host_step = issue[x] - issue[y]
+    repeats = ((np.abs(shift - delta) <= tol) & (np.abs(end[x] - end[y] - delta) <= tol) & (dur[x] == dur[y])
+               & (stream[x] == stream[y]) & (issued[x] == issued[y]) & same_pred
+               & ~(host_step > delta + tol))  # a host falling behind would bind a little more every period
+    in_step = ~issued[x] | (np.abs(host_step - delta) <= tol)
+    edges = _edges(graph, cols, issued)
+    same, same_host = _same_structure(grid, edges, d, n)
+    loose = np.zeros(n, dtype=bool)
+    loose[x] = repeats
+    loose &= same
+    lockstep = np.zeros(n, dtype=bool)
+    lockstep[x] = in_step
+    lockstep &= loose & same_host
+    # the host in lockstep (its pairs count), else running ahead: then it may not hold up a task from the seam on
+    found = _seam(graph, grid, cols, edges, lockstep, d, delta, tol, True, -np.inf)
+    if found is None:
+        found = _seam(graph, grid, cols, edges, loose, d, delta, tol, False, _host_binds_until(graph, cols, issue, tol))
+    if found is None:
         return None
-    period_tasks = np.concatenate(groups[cut:cut + period])
-    for c in range(len(graph.classes)):  # a period frees what it allocates: memory does not drift
-        own = [t for t in period_tasks.tolist() if c in graph.participants[t]]
-        total = float(net[own].sum()) if own else 0.0
-        if abs(total) > 1e-9 * max(float(np.abs(net[own]).sum()) if own else 0.0, 1.0):
-            return None
-    return Fold(m_reduced, m, period, delta, cut, h)
+    seam, band = found
+    return Fold(m_reduced, m, d, delta, seam, band, grid)
 
 
-def _host_never_binds(graph: ExecutionGraph, trace: SimTrace, tasks: np.ndarray, tol: float) -> bool:
-    """No host-issued task among `tasks` waited for its issue: it started after it, and (compute) ended after
-    its issue plus host path, (a collective) its launch did not delay it. A host that runs further ahead every
-    period then changes nothing after the inserted periods either: those tasks' times do not depend on it."""
-    issue = np.asarray(trace.issue_s)[tasks]
-    issued = ~np.isnan(issue)
-    t = tasks[issued]
-    issue = issue[issued]
-    start = np.asarray(trace.start_s)[t]
-    end = np.asarray(trace.end_s)[t]
-    path = np.asarray(graph.host_path_s)[t]
-    dur = np.asarray(graph.duration_s)[t]
-    compute = np.asarray(graph.stream)[t] == Stream.COMPUTE
-    done = np.where(compute, issue + path < end - tol, issue + path <= start + dur + tol)
-    return bool(np.all((issue < start - tol) & done))
+def _seam(graph: ExecutionGraph, grid: _Grid, cols: TaskColumns, edges: _Edges, repeats: np.ndarray, d: int,
+          delta: float, tol: float, with_host: bool, not_before: float) -> tuple[float, tuple[float, float]] | None:
+    """The earliest seam time T (after `not_before`) the module docstring's argument holds for, and the band of
+    time around it in which every task starts repeating its twin; None if there is none. `repeats`: per task,
+    whether it repeats its twin d micro-batches earlier; `with_host`: the host's pairs count (lockstep)."""
+    start, end = cols.start, cols.end
+    later = grid.twin(np.arange(len(repeats)), d)
+    ahead = np.zeros(len(repeats), dtype=bool)  # repeated by its twin d micro-batches later
+    ahead[later >= 0] = repeats[later[later >= 0]]
+    keep = slice(None) if with_host else ~edges.host
+    x, y = edges.x[keep], edges.y[keep]
+    first, last = np.where(start[x] <= start[y], x, y), np.where(start[x] <= start[y], y, x)
+    # what straddles a seam: influence pairs (by start) and running tasks; the earlier one must be repeated
+    # by its twin, the later one repeat its own (and all between them: the band)
+    lo, hi = np.concatenate([start[first], start]), np.concatenate([start[last], end])
+    fine = np.concatenate([ahead[first] & repeats[last], ahead])
+    starts = np.sort(start)
+    halfway = (starts[:-1] + starts[1:]) / 2
+    taus = halfway[(np.diff(starts) > 8 * tol) & (halfway > not_before)]  # well clear of any start
+    unverified = np.sort(start[~repeats])
+
+    def clean(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:  # every task starting in [lo, hi] repeats its twin
+        return np.searchsorted(unverified, lo - 2 * tol, side="left") == np.searchsorted(unverified, hi + 2 * tol,
+                                                                                         side="right")
+
+    taus = taus[clean(taus, taus + 2 * delta)]  # the copied period and its twins a period later at least
+    if not len(taus):
+        return None
+    at = np.concatenate([taus, taus + delta])  # both edges of the first copy
+    near = (hi >= taus[0]) & (lo < taus[-1] + delta)  # only these straddle any of them
+    bottom, top, top_bad = (v.reshape(2, -1) for v in _straddling(lo[near], hi[near], ~fine[near], at))
+    band_lo = np.minimum(bottom.min(axis=0) + delta, taus)
+    band_hi = np.maximum(top.max(axis=0), taus + 2 * delta)
+    valid = np.all(top_bad < at.reshape(2, -1), axis=0) & clean(band_lo, band_hi)
+    net = np.asarray(graph.mem_net_bytes, dtype=float)[cols.member_task]
+    width = grid.ids.shape[1]
+    for i in np.flatnonzero(valid).tolist():
+        tau = float(taus[i])
+        period = np.flatnonzero((start >= tau) & (start < tau + delta))
+        slots = grid.col[period] * d + grid.row[period] % d  # a whole period: each task's twin once
+        if len(period) != d * width or len(np.unique(slots)) != len(period):
+            continue
+        mine = np.zeros(len(start), dtype=bool)
+        mine[period] = True
+        own = mine[cols.member_task]  # a period frees what it allocates: memory does not drift
+        total = np.bincount(cols.member_class[own], net[own], cols.n_classes)
+        scale = np.bincount(cols.member_class[own], np.abs(net[own]), cols.n_classes)
+        if np.any(np.abs(total) > 1e-9 * np.maximum(scale, 1.0)):
+            return None  # every whole period of the band allocates as much
+        return tau, (float(band_lo[i] - 2 * tol), float(band_hi[i] + 2 * tol))
+    return None
 
 
-def fold_summary(graph: ExecutionGraph, trace: SimTrace, fold: Fold) -> FoldedSummary | None:
+def _host_binds_until(graph: ExecutionGraph, cols: TaskColumns, issue: np.ndarray, tol: float) -> float:
+    """The latest start of a host-issued task its host held up: it started at its issue, or (compute) ended at
+    its issue plus host path, or (a collective) its launch delayed it. A host that runs further ahead every
+    period changes nothing after that: the tasks' times do not depend on it."""
+    t = np.flatnonzero(~np.isnan(issue))
+    start, end = cols.start[t], cols.end[t]
+    path = np.asarray(graph.host_path_s, dtype=float)[t]
+    dur = np.asarray(graph.duration_s, dtype=float)[t]
+    compute = cols.stream[t] == Stream.COMPUTE
+    free = (issue[t] < start - tol) & np.where(compute, issue[t] + path < end - tol, issue[t] + path <= start + dur + tol)
+    return float(start[~free].max(initial=-np.inf))
+
+
+def fold_summary(graph: ExecutionGraph, trace: SimTrace, fold: Fold, cols: TaskColumns | None = None
+                 ) -> FoldedSummary | None:
     """The full iteration's numbers from the reduced simulation (module docstring); None if the critical
-    path does not pass through the repeating stretch as a repeating segment."""
+    path does not pass through the verified band as a repeating segment. `cols`: as for find_fold."""
     n = fold.copies
-    iteration_reduced = max(trace.end_s)
-    groups = _by_micro_batch(graph, fold.simulated_micro_batches)
-    period_tasks = np.concatenate(groups[fold.cut:fold.cut + fold.period_micro_batches])
-    tau = min(trace.start_s[t] for t in groups[fold.cut].tolist())
-    per_class = []
-    for c in range(len(graph.classes)):
-        base = class_breakdown(graph, trace, c, iteration_reduced)
-        period = dict.fromkeys(BREAKDOWN_KEYS, 0.0)  # before the last backward: a gap is bubble, not idle
-        for k, v in exposed_time(graph, trace, c, tau, tau + fold.period_s, math.inf).items():
-            period[k] += v
-        for t in period_tasks.tolist():
-            if c not in graph.participants[t]:
-                continue
-            if is_compute(graph, t):
-                add_compute_parts(period, graph, trace, t)
-        per_class.append({k: base[k] + n * period[k] for k in BREAKDOWN_KEYS})
-    path = critical_path(graph, trace)
-    index = {t: i for i, t in enumerate(path)}
-    near = range(fold.cut - fold.neighbourhood, fold.cut + fold.neighbourhood)  # a task and its twin verified
-    pos = {t: (k, j) for k in near for j, t in enumerate(groups[k].tolist())}
-    segment: tuple[int, int] | None = None  # path[a] and path[b] are one task and its copy a period later
-    for i, t in enumerate(path):
-        if t not in pos:
-            continue
-        k, j = pos[t]
-        if k + fold.period_micro_batches >= len(groups):
-            continue
-        twin = int(groups[k + fold.period_micro_batches][j])
-        if index.get(twin, -1) > i:
-            segment = (i, index[twin])
-            break
-    if segment is None:
+    cols = cols or task_columns(graph, trace)
+    start = cols.start
+    iteration_reduced = float(cols.end.max())
+    seam, delta = fold.seam_s, fold.period_s
+    in_period = (start >= seam) & (start < seam + delta)
+    # one period: its compute, and over [T, T + Delta) what no compute covers (all before the last backward)
+    sweep = Sweep(cols, 0.0, iteration_reduced)
+    seconds = breakdown_seconds(cols, sweep) + n * (compute_seconds(cols, in_period)
+                                                    + sweep.seconds(seam, seam + delta, np.inf))
+    per_class = [dict(zip(BREAKDOWN_KEYS, row, strict=True)) for row in seconds.tolist()]
+    grid = fold.grid or _grid(graph, fold.simulated_micro_batches)
+    if grid is None:
         return None
-    by_cat = defaultdict(float, time_by_category(graph, trace, path))
-    for k, v in time_by_category(graph, trace, path[segment[0] + 1:segment[1] + 1]).items():
+    path = np.asarray(critical_path(graph, trace, cols), dtype=np.int64)
+    index = np.full(len(graph), -1, dtype=np.int64)
+    index[path] = np.arange(len(path))
+    twin = grid.twin(path, fold.period_micro_batches)  # a path task and its twin a period later, both verified
+    lo, hi = fold.band_s
+    ok = (twin >= 0) & (start[path] >= lo) & (start[twin] <= hi) & (index[twin] > np.arange(len(path)))
+    if not ok.any():
+        return None
+    a = int(np.argmax(ok))
+    b = int(index[twin[a]])
+    by_cat = time_by_category(graph, trace, path, cols)
+    for k, v in time_by_category(graph, trace, path[a + 1:b + 1], cols).items():
         by_cat[k] += n * v
-    return FoldedSummary(iteration_reduced + n * fold.period_s, per_class, dict(by_cat),
-                         len(path) + n * (segment[1] - segment[0]), len(graph) + n * len(period_tasks))
+    return FoldedSummary(iteration_reduced + n * delta, per_class, by_cat, len(path) + n * (b - a),
+                         len(graph) + n * int(in_period.sum()))

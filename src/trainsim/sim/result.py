@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,9 @@ BREAKDOWN_KEYS = ("compute", "recompute", "optimizer", "tp", "cp", "ep", "dp", "
 # exposed time goes to the most blocking kind first; offload = memory-stream loads/stores (compile.offload)
 COMM_PRIORITY = ("tp", "cp", "ep", "pp", "offload", "dp")
 _HOST_PACED = frozenset({"compute", "recompute", "optimizer"})  # fused parts whose kernels host issue / gamma stretch
+_LABELS = ("@compute", *COMM_PRIORITY)  # sweep columns; a category outside them is ignored unless compute
+_FIRST_BIT = tuple(next((i for i in range(len(COMM_PRIORITY)) if bits >> i & 1), len(COMM_PRIORITY))
+                   for bits in range(1 << len(COMM_PRIORITY)))  # bit mask -> its lowest bit set (or none)
 
 
 @dataclass
@@ -143,31 +146,187 @@ class SimulationResult:
         return out
 
 
-def class_breakdown(graph: ExecutionGraph, trace: SimTrace, cls: int, horizon_s: float) -> dict[str, float]:
-    """Split [0, horizon) of one class into compute parts, exposed comm by kind, bubble and idle."""
-    out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-    last_bwd_end = 0.0
-    for t in class_tasks(graph, cls):
-        s, e = trace.start_s[t], trace.end_s[t]
-        if e > s and is_compute(graph, t):
-            add_compute_parts(out, graph, trace, t)
-            if graph.category[t] != "optimizer":
-                last_bwd_end = max(last_bwd_end, e)
-    for k, v in exposed_time(graph, trace, cls, 0.0, horizon_s, last_bwd_end).items():
-        out[k] += v
+@dataclass(frozen=True)
+class TaskColumns:
+    """The graph's and the trace's columns that the breakdown, the critical path's categories and the fold
+    read, as numpy arrays: built once per result, then all classes are summed at once (no per-class or
+    per-task Python loops). The rows: each task's run time split among its categories (`_split`), one row per
+    part (one for a task without parts), task by task: task t's rows are row_start[t] .. row_start[t + 1]."""
+
+    start: np.ndarray
+    end: np.ndarray
+    stream: np.ndarray
+    compute: np.ndarray  # is_compute, per task
+    label: np.ndarray  # sweep column per task: 0 compute, 1 + COMM_PRIORITY's index, len(_LABELS) anything else
+    optimizer: np.ndarray  # category "optimizer"
+    member_task: np.ndarray  # one row per (task, class taking part in it), task by task
+    member_class: np.ndarray
+    n_classes: int
+    one_class_each: bool  # every task has exactly one class (member_task is 0..n-1)
+    names: list[str]  # the categories the rows name
+    row_start: np.ndarray
+    row_task: np.ndarray
+    row_key: np.ndarray  # index into names
+    row_seconds: np.ndarray
+
+
+def task_columns(graph: ExecutionGraph, trace: SimTrace) -> TaskColumns:
+    """The columns of a simulated graph (see TaskColumns)."""
+    n = len(graph)
+    start, end = np.asarray(trace.start_s, dtype=float), np.asarray(trace.end_s, dtype=float)
+    stream = np.fromiter(graph.stream, np.int64, n)
+    compute = stream == Stream.COMPUTE
+    for t in np.flatnonzero(stream >= len(Stream)).tolist():  # a replayed trace's kernels on streams of their own
+        compute[t] = graph.kind[t] == "compute"
+    parts = graph.parts
+    fused = np.flatnonzero(np.fromiter(map(bool, parts), bool, n))
+    dicts = [parts[t] for t in fused.tolist()]
+    part_names = list(chain.from_iterable(dicts))
+    names = sorted(set(graph.category).union(part_names))
+    index = {k: i for i, k in enumerate(names)}
+    category = np.fromiter(map(index.__getitem__, graph.category), np.int64, n)
+    column = {k: i for i, k in enumerate(_LABELS)}
+    label = np.array([column.get(k, len(_LABELS)) for k in names], dtype=np.int64)[category]
+    label[compute] = 0
+    sizes = np.fromiter(map(len, dicts), np.int64, len(dicts))
+    counts = np.ones(n, dtype=np.int64)
+    counts[fused] = sizes
+    row_start = np.concatenate([[0], np.cumsum(counts)])
+    row_task = np.repeat(np.arange(n), counts)
+    row_key, row_seconds = category[row_task], (end - start)[row_task]  # a task without parts: all its category
+    if len(fused):
+        owner = np.repeat(np.arange(len(fused)), sizes)
+        rows = row_start[fused][owner] + np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        row_key[rows] = np.fromiter(map(index.__getitem__, part_names), np.int64, len(part_names))
+        values = np.fromiter(chain.from_iterable(map(dict.values, dicts)), float, len(part_names))
+        paced = np.array([k in _HOST_PACED for k in names])[row_key[rows]]
+        row_seconds[rows] = _fused_seconds(graph, fused, owner, values, paced, (end - start)[fused])
+    members = np.fromiter(map(len, graph.participants), np.int64, n)
+    member_class = np.fromiter(chain.from_iterable(graph.participants), np.int64, int(members.sum()))
+    member_task = np.repeat(np.arange(n), members)
+    return TaskColumns(start, end, stream, compute, label, category == index.get("optimizer", -1), member_task,
+                       member_class, len(graph.classes), bool(np.all(members == 1)), names, row_start, row_task,
+                       row_key, row_seconds)
+
+
+def _fused_seconds(graph: ExecutionGraph, fused: np.ndarray, owner: np.ndarray, values: np.ndarray,
+                   paced_row: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """`_split` of the fused tasks `fused` (ran `span` seconds) over their parts (rows of `owner`, an index into
+    `fused`, with `values` seconds): the same arithmetic in numpy columns."""
+    total = np.bincount(owner, values, len(fused))
+    total[total == 0] = 1.0
+    paced = np.bincount(owner, np.where(paced_row, values, 0.0), len(fused))
+    out = span[owner] * values / total[owner]  # in proportion to its parts
+    stretched = (span > total) & (paced > 0)
+    if stretched.any():  # ran longer than its parts: host wait and overlap slowdown to compute, link share to comm
+        host_path = np.asarray(graph.host_path_s, dtype=float)[fused]
+        flow = np.fromiter(map(bool, graph.flow_demand), bool, len(graph))[fused]
+        host_wait = np.minimum(span, np.maximum(total, host_path)) - total
+        rest = span - total - host_wait
+        comm = total - paced
+        to_comm = np.where(flow & (comm > 0), rest, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            grow_paced = (paced + host_wait + rest - to_comm) / paced
+            grow_comm = np.where(comm > 0, (comm + to_comm) / comm, 1.0)
+        rows = stretched[owner]
+        grow = np.where(paced_row[rows], grow_paced[owner[rows]], grow_comm[owner[rows]])
+        out[rows] = values[rows] * grow
     return out
 
 
-def add_compute_parts(out: dict[str, float], graph: ExecutionGraph, trace: SimTrace, t: int) -> None:
-    """Add a compute task's run time to the breakdown `out` by category (fused tasks split, `_split`)."""
-    for k, v in _split(graph, t, trace.end_s[t] - trace.start_s[t]):
-        out[k if k in out else "compute"] += v
+def class_breakdowns(graph: ExecutionGraph, trace: SimTrace, horizon_s: float,
+                     cols: TaskColumns | None = None) -> list[dict[str, float]]:
+    """Every class's [0, horizon) split into compute parts, exposed comm by kind, bubble and idle (a gap
+    before the class's last non-optimizer compute task ends is bubble, after it idle)."""
+    cols = cols or task_columns(graph, trace)
+    seconds = breakdown_seconds(cols, Sweep(cols, 0.0, horizon_s))
+    return [dict(zip(BREAKDOWN_KEYS, row, strict=True)) for row in seconds.tolist()]
 
 
-def class_tasks(graph: ExecutionGraph, cls: int) -> list[int]:
-    """Every task a class takes part in, stream by stream (the graph's streams, then a trace's own)."""
-    extra = sorted({s for c, s in graph.queues if c == cls and s >= len(Stream)})
-    return [t for stream in [*Stream, *extra] for t in graph.queues.get((cls, stream), [])]
+def breakdown_seconds(cols: TaskColumns, sweep: Sweep) -> np.ndarray:
+    """[class, BREAKDOWN_KEYS]: `class_breakdowns` over the sweep's window."""
+    ran = cols.compute & (cols.end > cols.start)
+    last_bwd_end = np.zeros(cols.n_classes)
+    busy = (ran & ~cols.optimizer)[cols.member_task]
+    np.maximum.at(last_bwd_end, cols.member_class[busy], cols.end[cols.member_task[busy]])
+    return compute_seconds(cols, ran) + sweep.seconds(sweep.lo, sweep.hi, last_bwd_end)
+
+
+def compute_seconds(cols: TaskColumns, which: np.ndarray) -> np.ndarray:
+    """[class, BREAKDOWN_KEYS]: the run time of the compute tasks among `which` (a mask), by category (a part
+    outside the keys counts as compute), added to every class taking part."""
+    which = which & cols.compute
+    n_keys = len(BREAKDOWN_KEYS)
+    key_of = np.array([BREAKDOWN_KEYS.index(k) if k in BREAKDOWN_KEYS else 0 for k in cols.names], dtype=np.int64)
+    rows = which[cols.row_task]
+    if cols.one_class_each:
+        flat = cols.member_class[cols.row_task[rows]] * n_keys + key_of[cols.row_key[rows]]
+        return np.bincount(flat, cols.row_seconds[rows], cols.n_classes * n_keys).reshape(-1, n_keys)
+    local = np.cumsum(which) - 1  # the selected tasks, numbered
+    per_task = np.bincount(local[cols.row_task[rows]] * n_keys + key_of[cols.row_key[rows]], cols.row_seconds[rows],
+                           int(which.sum()) * n_keys).reshape(-1, n_keys)
+    mine = which[cols.member_task]
+    flat = (cols.member_class[mine] * n_keys)[:, None] + np.arange(n_keys)
+    return np.bincount(flat.ravel(), per_task[local[cols.member_task[mine]]].ravel(),
+                       cols.n_classes * n_keys).reshape(-1, n_keys)
+
+
+class Sweep:
+    """What fills each class's time in [lo, hi): spans [a, b) between consecutive start and end events of one
+    class, with `kind` the COMM_PRIORITY index of the most blocking communication exposed there (no compute
+    runs), len(COMM_PRIORITY) for nothing running, -1 for compute. One sweep over all classes' events sorted
+    by class then time: a running count per sweep column says what runs between two events."""
+
+    def __init__(self, cols: TaskColumns, lo: float, hi: float) -> None:
+        self.lo, self.hi, self.n_classes = lo, hi, cols.n_classes
+        task, cls = cols.member_task, cols.member_class
+        start, end = np.clip(cols.start[task], lo, hi), np.clip(cols.end[task], lo, hi)
+        keep = end > start
+        task, cls, start, end = task[keep], cls[keep], start[keep], end[keep]
+        times = np.concatenate([start, end])
+        ev_cls = np.concatenate([cls, cls])
+        order = np.argsort(times, kind="stable")  # by time (a start before an end at one time), then by class
+        small = ev_cls.astype(np.int16) if self.n_classes < 2**15 else ev_cls  # numpy sorts int16 by radix
+        order = order[np.argsort(small[order], kind="stable")]
+        times, ev_cls = times[order], ev_cls[order]
+        label = np.concatenate([cols.label[task], cols.label[task]])[order]
+        step = np.concatenate([np.ones(len(start), np.int32), np.full(len(start), -1, np.int32)])[order]
+        counts = np.zeros((len(times), len(_LABELS) + 1), np.int32)
+        counts[np.arange(len(times)), label] = step
+        active = np.cumsum(counts, axis=0)[:-1] > 0  # what runs between event i and i + 1 (of one class)
+        # the most blocking communication running: the lowest bit set of the running kinds' bit mask
+        kind = np.asarray(_FIRST_BIT)[active[:, 1:len(_LABELS)] @ (1 << np.arange(len(COMM_PRIORITY)))]
+        kind[active[:, 0]] = -1
+        inner = ev_cls[:-1] == ev_cls[1:]
+        # before a class's first event and after its last nothing runs (all of [lo, hi) for a class without tasks)
+        head, tail = np.full(self.n_classes, hi), np.full(self.n_classes, hi)
+        if len(times):
+            firsts = np.flatnonzero(np.r_[True, ev_cls[1:] != ev_cls[:-1]])
+            lasts = np.r_[firsts[1:] - 1, len(times) - 1]
+            head[ev_cls[firsts]], tail[ev_cls[firsts]] = times[firsts], times[lasts]
+        everyone = np.arange(self.n_classes)
+        self.a = np.concatenate([times[:-1][inner], np.full(self.n_classes, lo), tail])
+        self.b = np.concatenate([times[1:][inner], head, np.full(self.n_classes, hi)])
+        self.cls = np.concatenate([ev_cls[:-1][inner], everyone, everyone])
+        self.kind = np.concatenate([kind[inner], np.full(2 * self.n_classes, len(COMM_PRIORITY))])
+
+    def seconds(self, lo: float, hi: float, last_bwd_end: np.ndarray | float) -> np.ndarray:
+        """[class, BREAKDOWN_KEYS] over [lo, hi) (within the sweep's window): exposed communication by kind and,
+        where nothing runs, bubble before the class's `last_bwd_end` and idle after."""
+        out = np.zeros((self.n_classes, len(BREAKDOWN_KEYS)))
+        a, b = np.maximum(self.a, lo), np.minimum(self.b, hi)
+        keep = (b > a) & (self.kind >= 0)
+        a, b, cls, kind = a[keep], b[keep], self.cls[keep], self.kind[keep]
+        comm = kind < len(COMM_PRIORITY)
+        n_comm = len(COMM_PRIORITY)
+        out[:, [BREAKDOWN_KEYS.index(k) for k in COMM_PRIORITY]] = np.bincount(
+            cls[comm] * n_comm + kind[comm], b[comm] - a[comm], self.n_classes * n_comm).reshape(-1, n_comm)
+        a, b, cls = a[~comm], b[~comm], cls[~comm]
+        lbe = np.broadcast_to(np.asarray(last_bwd_end, dtype=float), (self.n_classes,))
+        cut = np.minimum(np.maximum(lbe[cls], a), b)
+        out[:, BREAKDOWN_KEYS.index("bubble")] = np.bincount(cls, cut - a, self.n_classes)
+        out[:, BREAKDOWN_KEYS.index("idle")] = np.bincount(cls, b - cut, self.n_classes)
+        return out
 
 
 def is_compute(graph: ExecutionGraph, t: int) -> bool:
@@ -176,80 +335,31 @@ def is_compute(graph: ExecutionGraph, t: int) -> bool:
     return s == Stream.COMPUTE or (s >= len(Stream) and graph.kind[t] == "compute")
 
 
-_LABELS = ("@compute", *COMM_PRIORITY)  # sweep columns; a category outside them is ignored unless compute
-
-
-def exposed_time(graph: ExecutionGraph, trace: SimTrace, cls: int, lo: float, hi: float,
-                 last_bwd_end: float) -> dict[str, float]:
-    """Over [lo, hi) of one class, the time no compute runs: exposed communication by kind (the most
-    blocking first, COMM_PRIORITY) and, where nothing runs, bubble (before `last_bwd_end`) or idle after.
-    A sweep over the tasks' start and end events, in numpy (one column of active counts per kind)."""
-    out = dict.fromkeys(("bubble", "idle", *COMM_PRIORITY), 0.0)
-    tasks = class_tasks(graph, cls)
-    if not tasks:
-        _idle(out, lo, hi, last_bwd_end)
-        return out
-    start = np.clip(np.fromiter((trace.start_s[t] for t in tasks), float, len(tasks)), lo, hi)
-    end = np.clip(np.fromiter((trace.end_s[t] for t in tasks), float, len(tasks)), lo, hi)
-    column = {k: i for i, k in enumerate(_LABELS)}
-    label = np.fromiter((0 if is_compute(graph, t) else column.get(graph.category[t], len(_LABELS))
-                         for t in tasks), np.int64, len(tasks))
-    keep = end > start
-    start, end, label = start[keep], end[keep], label[keep]
-    if not len(start):
-        _idle(out, lo, hi, last_bwd_end)
-        return out
-    times = np.concatenate([start, end])
-    order = np.argsort(times, kind="stable")
-    times = times[order]
-    counts = np.zeros((len(times), len(_LABELS) + 1))
-    counts[np.arange(len(times)), np.concatenate([label, label])[order]] = np.concatenate(
-        [np.ones(len(start)), -np.ones(len(end))])[order]
-    active = np.cumsum(counts, axis=0)[:-1] > 0.5  # what runs between event i and event i + 1
-    a, b = times[:-1], times[1:]
-    span = b - a
-    free = ~active[:, 0] & (span > 0)
-    comm = active[:, 1:len(_LABELS)]
-    busy = comm.any(axis=1)
-    first = np.argmax(comm, axis=1)
-    for i, kind in enumerate(COMM_PRIORITY):
-        out[kind] = float(span[free & busy & (first == i)].sum())
-    gaps = free & ~busy
-    cut = np.minimum(np.maximum(last_bwd_end, a[gaps]), b[gaps])
-    out["bubble"] = float((cut - a[gaps]).sum())
-    out["idle"] = float((b[gaps] - cut).sum())
-    _idle(out, lo, float(times[0]), last_bwd_end)
-    _idle(out, float(times[-1]), hi, last_bwd_end)
-    return out
-
-
-def _idle(out: dict[str, float], a: float, b: float, last_bwd_end: float) -> None:
-    if b <= a:
-        return
-    cut = min(max(last_bwd_end, a), b)
-    out["bubble"] += cut - a
-    out["idle"] += b - cut
-
-
-def critical_path(graph: ExecutionGraph, trace: SimTrace) -> list[int]:
+def critical_path(graph: ExecutionGraph, trace: SimTrace, cols: TaskColumns | None = None) -> list[int]:
     """dPRO: walk back from the last task through the predecessor that released each task."""
     if not len(graph):
         return []
-    t = max(range(len(graph)), key=lambda i: trace.end_s[i])
+    t = int(np.argmax(cols.end if cols is not None else np.asarray(trace.end_s, dtype=float)))  # the first last
+    pred = trace.critical_pred
     path = []
     while t >= 0:
         path.append(t)
-        t = trace.critical_pred[t]
+        t = pred[t]
     return path[::-1]
 
 
-def time_by_category(graph: ExecutionGraph, trace: SimTrace, tasks: list[int]) -> dict[str, float]:
-    """Seconds the given tasks spend per category (fused tasks split by their parts)."""
-    out: dict[str, float] = defaultdict(float)
-    for t in tasks:
-        for k, v in _split(graph, t, trace.end_s[t] - trace.start_s[t]):
-            out[k] += v
-    return dict(out)
+def time_by_category(graph: ExecutionGraph, trace: SimTrace, tasks: list[int] | np.ndarray,
+                     cols: TaskColumns | None = None) -> dict[str, float]:
+    """Seconds the given tasks spend per category (fused tasks split by their parts), in order of appearance."""
+    cols = cols or task_columns(graph, trace)
+    tasks = np.asarray(tasks, dtype=np.int64)
+    first, size = cols.row_start[tasks], np.diff(cols.row_start)[tasks]
+    rows = np.repeat(first - np.cumsum(size) + size, size) + np.arange(int(size.sum()))
+    keys = cols.row_key[rows]
+    sums = np.bincount(keys, cols.row_seconds[rows], len(cols.names))
+    seen, at = np.unique(keys, return_index=True)
+    values = sums.tolist()
+    return {cols.names[k]: values[k] for k in seen[np.argsort(at)].tolist()}
 
 
 def task_parts(graph: ExecutionGraph, trace: SimTrace, t: int) -> list[tuple[str, float]]:
