@@ -174,6 +174,7 @@ class _CommPricer:
         self.gpn = cluster.gpus_per_node
         self.world_size = cluster.world_size
         self.demand_of = getattr(comm, "demand", None) if sharing and flows else None
+        self.priced_of = getattr(comm, "priced", None) if self.demand_of is not None else None
         self.book = FlowBook(self.gpn, _block_gpus(cluster)) if self.demand_of is not None else None
         self.shift_invariant = cache and bool(getattr(comm, "node_shift_invariant", False))
         self.aligned = cache and (mesh.world_size // mesh.pp) % self.gpn == 0  # stages of whole nodes
@@ -209,10 +210,11 @@ class _CommPricer:
         return t, None if dem is None else (dem[0], dict(dem[1]))
 
     def _price(self, collective: str, size: float, group: tuple[int, ...], conc: int) -> tuple[float, Demand | None]:
-        t = self.comm.time(collective, size, group, conc)
         if self.demand_of is None:
-            return t, None
-        return t, self.demand_of(collective, size, group, conc)
+            return self.comm.time(collective, size, group, conc), None
+        if self.priced_of is not None:  # one algorithm choice for both
+            return self.priced_of(collective, size, group, conc)
+        return self.comm.time(collective, size, group, conc), self.demand_of(collective, size, group, conc)
 
     def pair(self, collective: str, size: float, a: int, b: int) -> tuple[float, Demand | None]:
         """A call between rank `a` and its peer `b` of another stage (pipeline send, tied-embedding sum)."""

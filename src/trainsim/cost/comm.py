@@ -499,7 +499,17 @@ class NcclComm:
         to carry the call's bytes alone (the bottleneck gets the whole bandwidth part). Keys:
         'intra<i>:<level name>' (a GPU's link at intra-node level i), 'rail' (a rank's own NIC
         share), 'nic' (the node's NICs, whose share among `concurrency` groups is in the work)."""
+        return self.priced(collective, size_bytes, group, concurrency)[1]
+
+    def priced(self, collective: str, size_bytes: float, group: tuple[int, ...],
+               concurrency: int = 1) -> tuple[float, tuple[float, dict[str, float]]]:
+        """`time()` and `demand()` of one call from a single choice of algorithm (the cost layer wants both
+        for every collective under bandwidth sharing, and choosing is most of the price)."""
         choice = self.choose(collective, size_bytes, group, concurrency)
+        return choice.time_s, self._demand(choice, collective, size_bytes, group, concurrency)
+
+    def _demand(self, choice: CommChoice, collective: str, size_bytes: float, group: tuple[int, ...],
+                concurrency: int) -> tuple[float, dict[str, float]]:
         if choice.time_s <= 0:
             return 0.0, {}
         ranks = tuple(dict.fromkeys(group))
