@@ -244,3 +244,15 @@ def test_lightning_ddp_holds_a_bucket_copy_unless_thunder_runs_it() -> None:
                 training_row(**{**lit, "sharding": "FSDP FULL_SHARD"}), training_row(sharding="none (DDP)")):
         rj = tr.row_job(row)
         assert not isinstance(rj, str) and "grad_bucket_copy" not in rj.job["simulation"]
+
+
+def test_llama_3_2_small_models_tie_their_embeddings() -> None:
+    llama = "Llama (RMSNorm, SwiGLU, GQA, RoPE)"
+    for name, tied in (("Llama 3.2 3B (Instruct)", True), ("meta-llama/Llama-3.2-1B", True),
+                       ("Llama 3.1 8B", False), ("Llama 3.2 11B Vision", False)):
+        rj = tr.row_job(training_row(model_name=name, arch=llama, ffn_hidden="1024", n_kv_heads="2"))
+        assert not isinstance(rj, str) and rj.job["model"]["tied_embeddings"] is tied, name
+        assert ("tied_embeddings" in rj.assumptions) == tied
+    rj = tr.row_job(training_row(model_name="Llama 3.2 3B", arch=f"{llama}, untied embeddings", ffn_hidden="1024",
+                                 n_kv_heads="2"))
+    assert not isinstance(rj, str) and rj.job["model"]["tied_embeddings"] is False  # the arch text wins

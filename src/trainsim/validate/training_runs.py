@@ -382,6 +382,12 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
     return {k: v for k, v in out.items() if v is not None}
 
 
+_SDPA_FRAMEWORKS = r"torchtune|litgpt|lightning|torchtitan"
+"""Frameworks whose attention is torch.nn.functional.scaled_dot_product_attention (its flash backend for
+fp16/bf16 on Ampere and newer): torchtune's MultiHeadAttention, LitGPT's CausalSelfAttention (eager too),
+torchtitan's Attention."""
+
+
 def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
     """The attention kernel the run used: as stated in its text, else the framework's documented default."""
     text = " ".join(row.get(c) or "" for c in ("arch", "other_settings")).lower()
@@ -394,6 +400,11 @@ def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
     if "flash" in text:
         return "flash"
     gpu = row.get("gpu", "").lower()
+    framework = " ".join(row.get(c) or "" for c in ("source", "source_group")).lower()
+    if re.search(_SDPA_FRAMEWORKS, framework) and any(g in gpu for g in ("a100", "h100", "h200", "h800", "b200")):
+        notes["attention"] = ("not stated: torchtune, LitGPT and torchtitan call PyTorch's "
+                              "scaled_dot_product_attention, FlashAttention-2 kernels from Ampere on")
+        return "flash"
     if "megatron" in (row.get("source") or "").lower() and any(g in gpu for g in ("h100", "h200", "h800")):
         notes["attention"] = "not stated: Megatron-Core on Hopper runs Transformer Engine's cuDNN fused attention"
         return "cudnn"
@@ -421,6 +432,9 @@ _POSITION = ((r"alibi", "alibi"), (r"\brope\b|rotary", "rope"),
 _NORM = ((r"rms ?norm", "rmsnorm"), (r"(?<!qk-)layer ?norm|\bln\b", "layernorm"))  # qk-layernorm: extra norms
 _LLAMA = r"llama|mistral|qwen|\byi\b|gemma"
 _GPT = r"gpt|\bmpt\b|bloom|\bopt\b|nemotron|falcon|megatron|starcoder"
+_TIED_MODELS = r"llama[- ]?3\.2[- ]?(?:1|3)b\b"
+"""Published models of the Llama family whose Hugging Face config.json sets tie_word_embeddings: true (Meta's
+Llama 3.2 1B and 3B), unlike the family's untied default."""
 LLAMA_FEATURES = {"norm": "rmsnorm", "mlp": "swiglu", "position": "rope", "bias": False, "dropout": False,
                   "tied_embeddings": False}
 """The Llama family as the custom transformer: what an arch text saying 'Llama' means unless it says otherwise."""
@@ -505,6 +519,9 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
         if key in stated and stated[key] != value:
             raise RowSkip(ARCH_UNKNOWN, f"arch says {key} {stated[key]}, other_settings says {value}")
         stated[key] = value
+    if "tied_embeddings" not in stated and re.search(_TIED_MODELS, name.lower()):
+        stated["tied_embeddings"] = True
+        notes["tied_embeddings"] = f"not stated: '{name}' ties its embeddings (tie_word_embeddings in its config)"
     features = {**base, **stated}
     unstated = [f"{k} {v}" for k, v in base.items() if k not in stated and k != "dropout"]
     if unstated:
