@@ -1,5 +1,5 @@
 """validate compares peak memory (issue 22, item 2): a training-runs row with peak_mem_gib gets the predicted
-peak of the fullest stage, its error and trainsim's OOM verdict; the summary gains memory statistics overall
+peak of the stage its mem_scope names (the fullest without one), its error and trainsim's OOM verdict; the summary gains memory statistics overall
 and per mem_kind, all computed here by hand from hand-made rows."""
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def test_console_prints_the_memory_lines(tmp_path: Path, capsys: pytest.CaptureF
     path = _write(tmp_path / "runs.csv", ROWS[:4])
     main(["validate", str(path), "--jobs", "1"])
     text = capsys.readouterr().out
-    assert "memory (predicted peak of the fullest stage vs measured): n=3" in text
+    assert "memory (predicted peak of the measured rank's stage vs measured): n=3" in text
     assert "allocated: n=1" in text and "reserved: n=1" in text and "unstated: n=1" in text
     main(["validate", str(path), "--jobs", "1", "-q"])
     quiet = capsys.readouterr().out
