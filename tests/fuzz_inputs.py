@@ -55,6 +55,8 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--seq-len": INTS, "--layers": INTS, "--hidden": INTS, "--heads": INTS, "--kv-heads": INTS, "--ffn": INTS,
     "--vocab": INTS, "--attention": _choice(["flash", "unfused"]),
     "--dtype": _choice(["auto", "bf16", "fp16", "fp8", "fp32", "tf32", "int3"]), "--gamma": FLOATS,
+    "--master-weights": None, "--no-master-weights": None, "--optimizer": _choice(["adam", "adam_8bit", "sgd"]),
+    "--optimizer-in-backward": None, "--grad-bucket-copy": None,
     "--exact": None, "--no-bandwidth-sharing": None, "--granularity": _choice(["auto", "layer", "op"]),
     "--fidelity": _choice(["event", "analytic"]), "--max-micro-batch": None,
 }
@@ -138,7 +140,8 @@ YAML_KEYS = {
     "cluster": ["name", "nodes", "gpu", "gpus_per_node", "nic_gbps", "topology", "bandwidth_gbps", "bogus"],
     "strategy": ["tp", "pp", "dp", "zero", "fsdp", "recompute", "schedule", "micro_batch", "global_batch", "tree",
                  "sequence_parallel", "bogus"],
-    "simulation": ["dtype", "gamma", "exact", "granularity", "fidelity", "calibration", "comm_model", "bogus"],
+    "simulation": ["dtype", "gamma", "exact", "granularity", "fidelity", "calibration", "comm_model",
+                   "master_weights", "optimizer", "optimizer_in_backward", "grad_bucket_copy", "bogus"],
 }
 YAML_SCALARS = st.one_of(st.sampled_from([True, False, None, 0, 1, 2, 8, -1, 10**12, 1.5, float("nan"),
                                           float("inf"), "gpt2", "pcie-titanxp", "dgx-a100", "", "x", "bf16", "full",

@@ -137,7 +137,7 @@ def test_fit_recovers_a_kernel_speed() -> None:
 
 
 def _row(**over: str) -> dict[str, str]:
-    return training_row(gpu="H100-SXM5", **over)
+    return training_row(**{"gpu": "H100-SXM5", **over})
 
 
 @pytest.mark.parametrize(("over", "kernel", "noted"), [
@@ -146,6 +146,9 @@ def _row(**over: str) -> dict[str, str]:
     ({"other_settings": "Transformer Engine fused attention"}, "cudnn", False),
     ({"arch": "GPT (flash attention)"}, "flash", False),
     ({"source": "Megatron-LM README"}, "cudnn", True),
+    ({"source": "pytorch/torchtune README"}, "flash", True),  # torch's scaled_dot_product_attention
+    ({"source_group": "litgpt_thunder", "other_settings": "compiler=Eager"}, "flash", True),
+    ({"source": "pytorch/torchtitan benchmarks", "gpu": "V100-SXM2"}, "unfused", True),  # no flash before Ampere
     ({}, "unfused", True),
 ])
 def test_validate_maps_the_attention_kernel(over: dict[str, str], kernel: str, noted: bool) -> None:

@@ -143,3 +143,126 @@ def test_cnn_static_memory_counts_every_parameter_once(name: str, params: int, z
     assert static_memory(prog.chunks, Precision()).total_bytes == pytest.approx(per_param * params, rel=1e-12)
     synced = sum(s.size_bytes for ch in prog.chunks for s in ch.grad_sync)
     assert synced == pytest.approx(2.0 * params, rel=1e-12)  # every gradient reduced once, in bf16
+
+
+# --- state layouts (issue 22): master weights, 8-bit moments, DDP bucket copies, optimizer in backward ---------
+
+EIGHT_BIT = 2 * (1 + 4 / 2048)  # two 1-byte moments + one fp32 scale per 2048-element block each
+
+
+@pytest.mark.parametrize(("dtype", "kw", "bytes_per_param"), [
+    ("bf16", {}, (2.0, 4.0, 12.0)),  # Megatron: bf16 weights, fp32 gradients, fp32 master + two moments
+    ("bf16", {"master_weights": False}, (2.0, 2.0, 4.0)),  # bf16-true: two bf16 moments, no master
+    ("fp16", {"master_weights": False}, (2.0, 2.0, 4.0)),
+    ("fp32", {}, (4.0, 4.0, 8.0)),
+    ("fp32", {"master_weights": False}, (4.0, 4.0, 8.0)),  # fp32 weights are their own master
+    ("bf16", {"optimizer": "adam_8bit"}, (2.0, 4.0, 4.0 + EIGHT_BIT)),
+    ("bf16", {"optimizer": "adam_8bit", "master_weights": False}, (2.0, 2.0, EIGHT_BIT)),
+    ("fp8", {}, (2.0, 2.0, 12.0)),
+])
+def test_state_bytes_per_parameter_by_hand(dtype: str, kw: dict[str, object],
+                                           bytes_per_param: tuple[float, float, float]) -> None:
+    p = Precision.named(dtype, **kw)  # type: ignore[arg-type]
+    assert (p.param_bytes, p.grad_bytes, p.optimizer_bytes) == pytest.approx(bytes_per_param, rel=1e-15)
+    assert p.state_bytes(10, 10, 10) == pytest.approx(10 * sum(bytes_per_param), rel=1e-15)
+
+
+def test_named_precision_refuses_what_it_cannot_price() -> None:
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        Precision.named("bf16", optimizer="sgd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="grad_buffers"):
+        Precision.named("bf16", grad_buffers=0)
+
+
+def test_bucket_copy_doubles_the_gradients_and_optimizer_in_backward_keeps_one_layer() -> None:
+    n = gpt_params(L, H, V, S)
+    chunks = lowered(dp=4).chunks
+    twice = static_memory(chunks, Precision(grad_buffers=2))
+    assert twice.grads_bytes == pytest.approx(2 * 2.0 * n, rel=1e-12)
+    assert twice.params_bytes == pytest.approx(2.0 * n, rel=1e-12)
+    assert Precision(grad_buffers=2).state_bytes(n, n, n) == pytest.approx((2 + 4 + 12) * n, rel=1e-12)
+    # with the optimizer in backward only the largest layer's gradients are alive at once: a block of
+    # 12h^2 + 13h parameters (the embedding has V h + S h = 294,912; the head's tied weight is the embedding's)
+    block = 12 * H * H + 13 * H
+    assert block > V * H + S * H
+    inbwd = static_memory(chunks, Precision(optimizer_in_backward=True))
+    assert inbwd.grads_bytes == pytest.approx(2.0 * block, rel=1e-12)
+    assert inbwd.optimizer_bytes == pytest.approx(12.0 * n, rel=1e-12)
+    assert Precision(optimizer_in_backward=True).state_bytes(n, n, n) == pytest.approx(14.0 * n, rel=1e-12)
+
+
+def test_gemm_workspaces_by_generation() -> None:
+    from trainsim.cost.memory import workspace_bytes
+    from trainsim.hardware.devices import get_device
+
+    mib = 2**20
+    assert workspace_bytes(get_device("a100-80gb")) == (8 * 1024 + 128) * 1024 + mib  # ':4096:2:16:8' + Lt 1 MiB
+    assert workspace_bytes(get_device("v100-sxm2-16gb")) == 8.125 * mib + mib
+    for name in ("h100-sxm", "h200-sxm", "b200"):
+        assert workspace_bytes(get_device(name)) == 33 * mib  # ':4096:8' + Lt 1 MiB
+    mem = static_memory(lowered().chunks, Precision(), get_device("h100-sxm"))
+    assert mem.workspace_bytes == 33 * mib
+    assert mem.total_bytes == pytest.approx(16.0 * gpt_params(L, H, V, S) + 33 * mib, rel=1e-12)
+
+
+def _small_job(strategy: dict[str, object], simulation: dict[str, object]) -> dict[str, object]:
+    """The small GPT on one A100 node's first dp x pp GPUs (all 8 when dp is left to the cluster)."""
+    model = {"name": "custom", "layers": L, "hidden": H, "heads": A, "vocab": V, "seq_len": S}
+    world = int(strategy.get("dp", 8)) * int(strategy.get("pp", 1))  # type: ignore[call-overload]
+    return {"model": model, "cluster": {"name": "dgx-a100", "nodes": 1, "gpus_per_node": world},
+            "strategy": strategy, "simulation": {"dtype": "bf16", **simulation}}
+
+
+def test_simulated_static_memory_follows_the_state_keys_by_hand() -> None:
+    n = gpt_params(L, H, V, S)
+    ws = (8 * 1024 + 128) * 1024 + 2**20  # A100
+    one = {"dp": 1, "micro_batch": 1, "global_batch": 1}
+    cases = [({}, 2 + 4 + 12), ({"master_weights": False}, 2 + 2 + 4),
+             ({"optimizer": "adam_8bit"}, 2 + 4 + 4 + EIGHT_BIT),
+             ({"master_weights": False, "optimizer": "adam_8bit"}, 2 + 2 + EIGHT_BIT)]
+    base = simulate(_small_job(one, {}))
+    for sim, per_param in cases:
+        r = simulate(_small_job(one, sim))
+        assert r.memory[0].static_bytes == pytest.approx(per_param * n + ws, rel=1e-12), sim
+        assert r.iteration_time_s == base.iteration_time_s  # one GPU: the states' layout moves no time
+    dp8 = {"dp": 8, "micro_batch": 1, "global_batch": 8}
+    r = simulate(_small_job(dp8, {"master_weights": False, "grad_bucket_copy": True}))
+    assert r.memory[0].static_bytes == pytest.approx((2 + 2 * 2 + 4) * n + ws, rel=1e-12)
+    r = simulate(_small_job(dp8, {"optimizer_in_backward": True}))
+    assert r.memory[0].static_bytes == pytest.approx((2 + 12) * n + 4 * (12 * H * H + 13 * H) + ws, rel=1e-12)
+
+
+def test_bf16_true_reduces_gradients_in_bf16() -> None:
+    """Without a master copy the gradients are bf16, so the data-parallel all-reduce moves half the bytes."""
+    n = gpt_params(L, H, V, S)
+    mdl = build_model("custom", 4, S, "flash", layers=L, hidden=H, heads=A, vocab=V)
+    spec = ParallelSpec(dp=4, micro_batch=1, global_batch=4)
+    for prec, per_grad in ((Precision.named("bf16"), 4.0), (Precision.named("bf16", master_weights=False), 2.0)):
+        prog = lower(build_strategy(mdl, spec), prec)
+        assert sum(s.size_bytes for ch in prog.chunks for s in ch.grad_sync) == pytest.approx(per_grad * n, rel=1e-12)
+
+
+@pytest.mark.parametrize(("strategy", "simulation", "field"), [
+    ({"dp": 8, "fsdp": True}, {"grad_bucket_copy": True}, "simulation.grad_bucket_copy"),
+    ({"dp": 8, "zero": 2}, {"grad_bucket_copy": True}, "simulation.grad_bucket_copy"),
+    ({"dp": 1}, {"grad_bucket_copy": True}, "simulation.grad_bucket_copy"),
+    ({"dp": 4, "pp": 2}, {"optimizer_in_backward": True}, "simulation.optimizer_in_backward"),
+    ({"dp": 8, "micro_batch": 1, "global_batch": 16}, {"optimizer_in_backward": True},
+     "simulation.optimizer_in_backward"),
+])
+def test_state_keys_that_contradict_the_strategy_are_refused(strategy: dict[str, object],
+                                                              simulation: dict[str, object], field: str) -> None:
+    from trainsim.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        simulate(_small_job(strategy, simulation))
+    assert err.value.field == field
+
+
+def test_optimizer_in_backward_refuses_a_derived_accumulation() -> None:
+    """dp left to the cluster's size: the accumulation is only known once the tree is built."""
+    from trainsim.errors import ConfigError
+
+    job = _small_job({"micro_batch": 1, "global_batch": 16}, {"optimizer_in_backward": True})
+    with pytest.raises(ConfigError, match="accumulates 2 micro-batch"):
+        simulate(job)

@@ -258,7 +258,8 @@ def test_offload_simulation_memory_nodes() -> None:
         stores = [t for t in mem if g.name[t].endswith("grads:store")]
         m = 2  # global batch 8 / (micro-batch 1 x dp 4)
         assert len(mem) == len(loads) + len(stores) and len(loads) == 2 * len(stores) and len(stores) % m == 0
-        assert r.memory[0].static_bytes == 0.0 and r.memory[0].peak_bytes < base.memory[0].peak_bytes
+        # the states live off the GPU: what stays is PyTorch's GEMM workspaces (32 + 1 MiB on an H100)
+        assert r.memory[0].static_bytes == 33 * 2**20 and r.memory[0].peak_bytes < base.memory[0].peak_bytes
         assert r.iteration_time_s >= base.iteration_time_s  # loads can hide behind compute, never speed it up
     assert runs["nvme"].iteration_time_s > runs["cpu"].iteration_time_s  # 3 GB/s NVMe vs 52.7 GB/s PCIe
     assert runs["nvme"].breakdown["offload"] > 0  # NVMe loads stall the compute stream

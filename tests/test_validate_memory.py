@@ -1,5 +1,5 @@
 """validate compares peak memory (issue 22, item 2): a training-runs row with peak_mem_gib gets the predicted
-peak of the fullest stage, its error and trainsim's OOM verdict; the summary gains memory statistics overall
+peak of the stage its mem_scope names (the fullest without one), its error and trainsim's OOM verdict; the summary gains memory statistics overall
 and per mem_kind, all computed here by hand from hand-made rows."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from training_row import BASE, training_row
 from trainsim.api import simulate
 from trainsim.cli import main
 from trainsim.validate import training_runs as tr
-from trainsim.validate.cases import MEMORY_METRIC
+from trainsim.validate.cases import MEMORY_METRIC, Outcome
 from trainsim.validate.stats import memory_stats
 
 GIB = 2.0 ** 30
@@ -127,7 +127,7 @@ def test_console_prints_the_memory_lines(tmp_path: Path, capsys: pytest.CaptureF
     path = _write(tmp_path / "runs.csv", ROWS[:4])
     main(["validate", str(path), "--jobs", "1"])
     text = capsys.readouterr().out
-    assert "memory (predicted peak of the fullest stage vs measured): n=3" in text
+    assert "memory (predicted peak of the measured rank's stage vs measured): n=3" in text
     assert "allocated: n=1" in text and "reserved: n=1" in text and "unstated: n=1" in text
     main(["validate", str(path), "--jobs", "1", "-q"])
     quiet = capsys.readouterr().out
@@ -146,3 +146,113 @@ def test_no_memory_column_prints_no_memory_line(tmp_path: Path, capsys: pytest.C
     data = json.loads(out.read_text())
     assert data["summary"]["memory"] == {"n": 0, "mape": None, "median_ape": None, "max_ape": None, "oom_wrong": 0}
     assert data["summary"]["memory_by_kind"] == {} and "memory_error" not in data["rows"][0]
+
+
+# --- which stage, which states (issue 22): mem_scope, the optimizer column, bf16-true, DDP bucket copies --------
+
+@pytest.mark.parametrize(("scope", "stages", "stage"), [
+    ("rank0", 4, 0), ("rank0 (global rank 0 = PP stage 0)", 4, 0), ("global rank 0", 2, 0),
+    ("last global rank (rank world_size-1, which logs to TensorBoard)", 4, 3), ("last rank", 2, 1),
+    ("", 4, None), ("max over ranks", 4, None), ("unknown", 3, None), ("last global rank", 1, 0), ("rank 5", 1, 0),
+])
+def test_memory_stage_reads_mem_scope(scope: str, stages: int, stage: int | None) -> None:
+    assert tr.memory_stage(training_row(mem_scope=scope), stages) == stage
+
+
+def test_memory_stage_refuses_a_scope_it_cannot_place() -> None:
+    why = tr.memory_stage(training_row(mem_scope="rank 5 (TP rank 1)"), 4)
+    assert isinstance(why, str) and "rank 5 (TP rank 1)" in why
+
+
+def _memory_outcome() -> Outcome:
+    """A fresh outcome of a memory-only row."""
+    return Outcome(0, "x", MEMORY_METRIC)
+
+
+def test_with_memory_compares_the_named_stage() -> None:
+    peaks = [3 * GIB, 5 * GIB, 2 * GIB]
+    for scope, gib, tag in (("rank0", 3.0, "pipeline stage 0 of 3"), ("last global rank", 2.0, "stage 2 of 3"),
+                            ("", 5.0, "not stated: the fullest of 3")):
+        row = training_row(peak_mem_gib="4", mem_kind="allocated", mem_scope=scope)
+        out = tr.with_memory(_memory_outcome(), row, peaks, False)
+        assert out.memory_predicted_gib == gib and out.memory_measured_gib == 4.0
+        assert tag in out.tags["memory_scope"]
+    out = tr.with_memory(_memory_outcome(), training_row(peak_mem_gib="4", mem_scope="rank 7"), peaks, True)
+    assert out.memory_predicted_gib is None and out.oom_predicted is True
+    assert out.tags["memory"].startswith("not compared: mem_scope = 'rank 7'")
+
+
+def test_pipeline_row_compares_its_last_stage() -> None:
+    row = training_row(pp="2", dp="4", peak_mem_gib="2", mem_kind="allocated", mem_scope="last global rank")
+    rj = tr.row_job(row)
+    assert not isinstance(rj, str), rj
+    res = simulate(rj.job)
+    assert len(res.memory) == 2 and res.memory[0].peak_bytes != res.memory[1].peak_bytes
+    out = tr.with_memory(_memory_outcome(), row, res.peak_memory_bytes, False)
+    assert out.memory_predicted_gib == pytest.approx(res.memory[1].peak_bytes / GIB, rel=1e-12)
+
+
+@pytest.mark.parametrize(("cell", "simulation"), [
+    ("AdamW", {}), ("Adam/AdamW (Megatron --optimizer adam, decoupled wd=1e-2)", {}),
+    ("AdamW fused (torch), beta2 0.95, wd 0.01", {}),
+    ("AdamW fused into backward (optimizer_in_bwd)", {"optimizer_in_backward": True}),
+    ("bitsandbytes Adam8bit", {"optimizer": "adam_8bit"}),
+    ("8-bit AdamW (implementation not stated) fused into backward (optimizer_in_bwd)",
+     {"optimizer": "adam_8bit", "optimizer_in_backward": True}),
+])
+def test_optimizer_column_maps_to_the_state_keys(cell: str, simulation: dict[str, Any]) -> None:
+    rj = tr.row_job(training_row(optimizer=cell, dp="1", n_gpus="1", global_batch="2"))
+    assert not isinstance(rj, str), rj
+    assert rj.job["simulation"] == {"dtype": "bf16", **simulation}
+
+
+@pytest.mark.parametrize(("cell", "reason"), [
+    ("Adafactor", "factored second moments"), ("muon", "trainsim prices Adam-style states"),
+    ("bitsandbytes PagedAdamW8bit", "unified memory"), ("SGD with momentum", "trainsim prices Adam-style states"),
+])
+def test_optimizer_column_skips_what_it_cannot_price(cell: str, reason: str) -> None:
+    why = tr.row_job(training_row(optimizer=cell))
+    assert isinstance(why, str) and why.startswith("setting not expressible") and reason in why
+
+
+def test_optimizer_column_absent_or_empty() -> None:
+    rj = tr.row_job(training_row())
+    assert not isinstance(rj, str) and "optimizer" not in rj.assumptions
+    rj = tr.row_job(training_row(optimizer=""))
+    assert not isinstance(rj, str) and rj.assumptions["optimizer"] == "not stated: Adam"
+    why = tr.row_job(training_row(optimizer="AdamW", other_settings="8-bit AdamW"))
+    assert isinstance(why, str) and "adam_8bit" in why  # the column and other_settings disagree
+    rj = tr.row_job(training_row(other_settings="8-bit AdamW"))
+    assert not isinstance(rj, str) and rj.job["simulation"]["optimizer"] == "adam_8bit"
+
+
+def test_bf16_true_keeps_no_master_copy() -> None:
+    for cell in ("bf16-true (bf16 params, grads and AdamW states)", "bf16 (full bf16 params, grads, optimizer states)"):
+        rj = tr.row_job(training_row(precision=cell))
+        assert not isinstance(rj, str) and rj.job["simulation"]["master_weights"] is False
+    for cell in ("bf16", "bf16 (FSDP mixed_precision=PURE)", "fp16 AMP (fp32 master)"):
+        rj = tr.row_job(training_row(precision=cell))
+        assert not isinstance(rj, str) and "master_weights" not in rj.job["simulation"]
+
+
+def test_lightning_ddp_holds_a_bucket_copy_unless_thunder_runs_it() -> None:
+    lit = {"source": "Lightning-AI/litgpt Thunder extension benchmark", "sharding": "none (DDP)"}
+    rj = tr.row_job(training_row(**lit, other_settings="compiler=Eager"))
+    assert not isinstance(rj, str) and rj.job["simulation"]["grad_bucket_copy"] is True
+    for row in (training_row(**lit, other_settings="compiler=Thunder"), training_row(**lit, dp="1", n_gpus="1",
+                                                                                      global_batch="2"),
+                training_row(**{**lit, "sharding": "FSDP FULL_SHARD"}), training_row(sharding="none (DDP)")):
+        rj = tr.row_job(row)
+        assert not isinstance(rj, str) and "grad_bucket_copy" not in rj.job["simulation"]
+
+
+def test_llama_3_2_small_models_tie_their_embeddings() -> None:
+    llama = "Llama (RMSNorm, SwiGLU, GQA, RoPE)"
+    for name, tied in (("Llama 3.2 3B (Instruct)", True), ("meta-llama/Llama-3.2-1B", True),
+                       ("Llama 3.1 8B", False), ("Llama 3.2 11B Vision", False)):
+        rj = tr.row_job(training_row(model_name=name, arch=llama, ffn_hidden="1024", n_kv_heads="2"))
+        assert not isinstance(rj, str) and rj.job["model"]["tied_embeddings"] is tied, name
+        assert ("tied_embeddings" in rj.assumptions) == tied
+    rj = tr.row_job(training_row(model_name="Llama 3.2 3B", arch=f"{llama}, untied embeddings", ffn_hidden="1024",
+                                 n_kv_heads="2"))
+    assert not isinstance(rj, str) and rj.job["model"]["tied_embeddings"] is False  # the arch text wins

@@ -37,7 +37,7 @@ from .cost.annotate import FlowBook, annotate, optimizer_time
 from .cost.calibration import load_calibration
 from .cost.comm import CommModel, NcclComm
 from .cost.compute import RooflineCompute
-from .cost.memory import RUNTIME_RESERVED_BYTES, static_memory
+from .cost.memory import RUNTIME_RESERVED_BYTES, job_precision, static_memory
 from .cost.multidim import AnalyticalComm
 from .cost.offload import offload_memory_system
 from .errors import ConfigError
@@ -538,7 +538,7 @@ def costed_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec,
     if sim.dtype != "auto" and not cl.device.supports(sim.dtype):
         raise ConfigError("simulation.dtype", f"{cl.device.name} does not support {sim.dtype}",
                           f"use one of {', '.join(cl.device.dtypes)} or auto ({cl.device.training_dtype})")
-    precision = Precision.named(cl.device.training_dtype if sim.dtype == "auto" else sim.dtype)
+    precision = job_precision(tree, cl.device, sim)
     try:
         peak = cl.device.peak_flops(precision.compute_dtype)
     except KeyError:
@@ -656,7 +656,7 @@ def _stage_terms(costed: CostedProgram, cl: Cluster) -> tuple[dict[int, Any], di
     by_rank: dict[int, list] = defaultdict(list)
     for ch in costed.program.chunks:
         by_rank[ch.pp_rank].append(ch)
-    statics = {r: static_memory(chs, costed.precision) for r, chs in by_rank.items()}
+    statics = {r: static_memory(chs, costed.precision, cl.device) for r, chs in by_rank.items()}
     opt_s = {r: optimizer_time(sum(c.optimizer_params_local for c in chs), cl, costed.compute)
              for r, chs in by_rank.items()}
     return statics, opt_s

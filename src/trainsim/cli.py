@@ -140,6 +140,19 @@ def simulate(
     norm: Annotated[str | None, Opt(help="override the norm: layernorm | rmsnorm")] = None,
     dtype: Annotated[str | None, Opt(help="auto (default: bf16 from Ampere on, fp16 on V100, fp32 on Pascal) | bf16 "
                                         "| fp16 | fp8 | tf32 | fp32")] = None,
+    master_weights: Annotated[bool | None, Opt("--master-weights/--no-master-weights",
+                                               help="fp32 master weights and optimizer states (mixed precision, "
+                                                    "the default) or none: weights, gradients and optimizer "
+                                                    "states all in the training dtype (bf16-true)")] = None,
+    optimizer: Annotated[str | None, Opt(help="adam (default: Adam/AdamW, two moments) | adam_8bit (block-wise "
+                                              "8-bit moments)")] = None,
+    optimizer_in_backward: Annotated[bool | None, Opt("--optimizer-in-backward/--no-optimizer-in-backward",
+                                                      help="step and free each gradient as backward makes it "
+                                                           "(torchtune's optimizer_in_bwd; one micro-batch per "
+                                                           "step, no pipeline)")] = None,
+    grad_bucket_copy: Annotated[bool | None, Opt("--grad-bucket-copy/--no-grad-bucket-copy",
+                                                 help="PyTorch DDP without gradient_as_bucket_view: a second "
+                                                      "copy of the gradients in its buckets")] = None,
     gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
     exact: Annotated[bool | None, Opt("--exact/--symmetric", help="simulate every rank (slow) or rank classes")] = None,
     bandwidth_sharing: Annotated[bool | None, Opt("--bandwidth-sharing/--no-bandwidth-sharing",
@@ -197,7 +210,9 @@ def simulate(
                      "offload_in_switch": in_switch_collectives,
                      "p2p_scatter_gather": p2p_scatter_gather,
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
-        "simulation": {"dtype": dtype, "gamma": gamma, "exact": exact, "granularity": granularity,
+        "simulation": {"dtype": dtype, "master_weights": master_weights, "optimizer": optimizer,
+                       "optimizer_in_backward": optimizer_in_backward, "grad_bucket_copy": grad_bucket_copy,
+                       "gamma": gamma, "exact": exact, "granularity": granularity,
                        "fidelity": fidelity, "calibration": calibration, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing, "semantics": semantics,
                        "compute_model": compute, "learned_extrapolation": learned_extrapolation,

@@ -260,6 +260,20 @@ def _check_learned(compute_model: str) -> None:
 class SimulationSpec(_Strict):
     dtype: Literal["auto", "fp32", "tf32", "fp16", "bf16", "fp8"] = Field(
         "auto", description="auto: what the GPU trains in (bf16 from Ampere on, fp16 on V100, fp32 on Pascal)")
+    # how the training framework keeps its model states (static memory; master_weights also the gradient dtype)
+    master_weights: bool = Field(True, description="an fp32 master copy of the weights with fp32 optimizer states "
+                                 "and (bf16) fp32 gradients, as mixed precision keeps them; false: weights, "
+                                 "gradients and optimizer states all in the training dtype (Lightning's "
+                                 "bf16-true, torchtune's bf16)")
+    optimizer: Literal["adam", "adam_8bit"] = Field(
+        "adam", description="the optimizer's states: adam (Adam/AdamW, two moments) or adam_8bit (two block-wise "
+        "quantised 8-bit moments, bitsandbytes/torchao 8-bit AdamW)")
+    optimizer_in_backward: bool = Field(False, description="each parameter's optimizer step runs as backward "
+                                        "produces its gradient, which is then freed (torchtune's "
+                                        "optimizer_in_bwd): no gradient buffer across the step; needs one "
+                                        "micro-batch per step and no pipeline")
+    grad_bucket_copy: bool = Field(False, description="PyTorch DDP without gradient_as_bucket_view: the "
+                                   "reducer's buckets hold a second copy of the gradients for the whole step")
     gamma: float | None = Field(None, ge=0.0, le=5.0,
                                 description="compute slowdown while overlapped with gradient comm (calibrated)")
     exact: bool = False
@@ -324,6 +338,31 @@ class JobConfig(_Strict):
             raise ConfigError("strategy.offload_in_switch", f"the {rm.pool} pool has no in-switch collectives "
                               "(only ASTRA-sim's hierarchical pool gathers in its switches)",
                               "use cluster.remote_memory.pool hiermem, or drop --in-switch-collectives")
+        return self
+
+    @model_validator(mode="after")
+    def _state_recipe(self) -> JobConfig:
+        """The simulation's state keys against the strategy they need (with a strategy tree: the tree's)."""
+        sim, s = self.simulation, self.strategy
+        if s.tree is not None:
+            return self
+        if sim.grad_bucket_copy:
+            if s.fsdp or s.zero >= 2:
+                raise ConfigError("simulation.grad_bucket_copy", "is PyTorch DDP's second gradient copy; ZeRO-2/3 "
+                                  "and FSDP reduce-scatter into sharded gradients instead",
+                                  "drop --grad-bucket-copy, or use --zero 0 or 1")
+            if s.dp == 1:
+                raise ConfigError("simulation.grad_bucket_copy", "needs data parallelism (dp > 1): with dp 1 "
+                                  "there is no DDP reducer", "drop --grad-bucket-copy, or add --dp")
+        if sim.optimizer_in_backward:
+            if s.pp > 1:
+                raise ConfigError("simulation.optimizer_in_backward", "steps each gradient as backward makes it; "
+                                  "a pipeline accumulates gradients over its micro-batches",
+                                  "drop --optimizer-in-backward, or use --pp 1")
+            if s.global_batch is not None and s.dp is not None and s.global_batch != s.micro_batch * s.dp:
+                raise ConfigError("simulation.optimizer_in_backward", f"steps each gradient as backward makes it, "
+                                  f"so it cannot accumulate {s.global_batch // (s.micro_batch * s.dp) or 1} "
+                                  "micro-batches", "set global_batch = micro_batch x dp, or drop it")
         return self
 
 

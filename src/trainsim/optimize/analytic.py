@@ -42,7 +42,7 @@ from ..compile.program import ChunkProgram, Step, layer_sync
 from ..config import SimulationSpec, parse_job
 from ..cost.annotate import group_concurrency, optimizer_time
 from ..cost.comm import CommModel
-from ..cost.memory import RUNTIME_RESERVED_BYTES
+from ..cost.memory import RUNTIME_RESERVED_BYTES, workspace_bytes
 from ..hardware.cluster import Cluster
 from ..sim.analytic import CATEGORIES, SCHEDULES, PhaseCost, StageBatch, evaluate, replay_layers, stack
 from ..strategy.mesh import DeviceMesh
@@ -321,7 +321,7 @@ class AnalyticBatch:
             out.reduce_s[role] = sum(self._price(mesh, s, stage) for s in ls.grad_sync)
             out.post_s[role] = sum(self._price(mesh, s, stage) for s in ls.post_step)
             p, g, o = ls.states
-            out.state_bytes[role] = p * prec.param_bytes + g * prec.grad_bytes + o * prec.optimizer_bytes
+            out.state_bytes[role] = prec.state_bytes(p, g, o)
             out.optimizer_params[role] = o
             gather = Step("", "collective", 0, "dp", collective="all_gather", axes=ls.gather_axes,
                           size_bytes=ls.gather_bytes)
@@ -587,7 +587,8 @@ class _Compose:
         assert self.ab._compute is not None
         out["optimizer_s"] = np.where(mask, optimizer_time(spread("optimizer_params"), self.ab.cluster,
                                                            self.ab._compute), 0.0)
-        out["static_bytes"] = spread("state_bytes")
+        # the GEMM workspaces every rank holds (cost.memory.static_memory adds them to the event simulation's too)
+        out["static_bytes"] = spread("state_bytes") + np.where(mask, workspace_bytes(self.ab.cluster.device), 0.0)
         out["fwd_peak_bytes"] = spread("fwd_peak")
         out["bwd_peak_bytes"] = spread("bwd_peak")
         out["w_held_bytes"] = spread("w_held")

@@ -25,7 +25,7 @@ from ..api import costed_program, job_tree
 from ..compile.program import Step, Stream
 from ..config import JobConfig, parse_job
 from ..cost.annotate import optimizer_time
-from ..cost.memory import RUNTIME_RESERVED_BYTES
+from ..cost.memory import RUNTIME_RESERVED_BYTES, workspace_bytes
 from ..errors import ConfigError
 from ..hardware.cluster import Cluster
 from ..strategy.presets import ParallelSpec, chunk_assignment, stage_layers
@@ -191,7 +191,7 @@ class BoundModel:
                 for s in ch.post_step:
                     d.post_s[s.layer] += s.duration_s
                 for name, (p, g, o) in ch.layer_states.items():
-                    d.state_bytes[name] = p * prec.param_bytes + g * prec.grad_bytes + o * prec.optimizer_bytes
+                    d.state_bytes[name] = prec.state_bytes(p, g, o)
                     d.optimizer_params[name] = o
             self._data[key] = (d, names)
         return self._data[key]
@@ -246,7 +246,7 @@ class BoundModel:
             tails.append(reduce + opt + post)
             occupancy.append(sum(fwd[k] + bwd[k] for k in stage_chunks[s]))
             grad_work.append(m * sum(data.grad_stream_s[x] for x in red) + sum(data.reduce_s[x] for x in red))
-            static.append(sum(data.state_bytes[x] for x in red))
+            static.append(sum(data.state_bytes[x] for x in red) + workspace_bytes(self.cluster.device))
         after = _w_after_last_b(pp, m) if c.schedule == "zb-h1" else None
         best = 0.0
         for s in range(pp):

@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+OptimizerKind = Literal["adam", "adam_8bit"]
+OPTIMIZERS: tuple[str, ...] = ("adam", "adam_8bit")
+"""Optimizers whose states trainsim prices: Adam/AdamW (two moments) and block-wise 8-bit Adam."""
+
+ADAM_8BIT_BLOCK = 2048
+"""Elements per quantisation block of an 8-bit optimizer state (Dettmers et al. 2022, "8-bit Optimizers via
+Block-wise Quantization", section 2.1: blocks of 2048, one fp32 absolute maximum per block)."""
+ADAM_8BIT_STATE_BYTES = 2 * (1.0 + 4.0 / ADAM_8BIT_BLOCK)
+"""Both 8-bit Adam moments per parameter: one byte each plus each block's fp32 scale (2.0039 B)."""
+
+
+def _dtype_bytes(dtype: str) -> float:
+    """Bytes of a weight stored in the training dtype (fp8 GEMMs keep their weights in bf16)."""
+    return 4.0 if dtype in ("fp32", "tf32") else 2.0
 
 
 @dataclass(frozen=True)
@@ -12,6 +28,10 @@ class Precision:
     param_bytes: working (fp16/bf16) weights; grad_bytes: gradients as reduced; optimizer_bytes:
     fp32 master weights + Adam momentum + variance (K = 12 in the ZeRO paper). `named("bf16")`
     keeps gradients in fp32 (2 + 4 + 12) as Megatron does; the bare constructor is the ZeRO case.
+    grad_buffers: copies of the gradients held across the step (2: PyTorch DDP without
+    gradient_as_bucket_view, whose reducer buckets hold a second copy); optimizer_in_backward: each
+    gradient is consumed by its optimizer step as backward produces it (torchtune's optimizer_in_bwd), so
+    no gradient buffer outlives its layer's backward.
     """
 
     compute_dtype: str = "bf16"
@@ -19,9 +39,38 @@ class Precision:
     grad_bytes: float = 2.0
     optimizer_bytes: float = 12.0
     activation_bytes: float = 2.0
+    grad_buffers: int = 1
+    optimizer_in_backward: bool = False
 
     @classmethod
-    def named(cls, dtype: str) -> Precision:
+    def named(cls, dtype: str, *, master_weights: bool = True, optimizer: OptimizerKind = "adam",
+              grad_buffers: int = 1, optimizer_in_backward: bool = False) -> Precision:
+        """The precision of training in `dtype`. master_weights: an fp32 master copy with fp32 optimizer states
+        (mixed precision, the default); False: weights, gradients and optimizer states all in the training dtype
+        (PyTorch Lightning's bf16-true, torchtune's bf16). optimizer: adam (two moments) or adam_8bit (two
+        block-wise quantised 8-bit moments, ADAM_8BIT_STATE_BYTES). fp32 and tf32 train without a master copy
+        (the weights are fp32 already): master_weights changes nothing there."""
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; one of {', '.join(OPTIMIZERS)}")
+        if grad_buffers < 1:
+            raise ValueError(f"grad_buffers must be at least 1, not {grad_buffers}")
+        base = cls._mixed(dtype)
+        weight = _dtype_bytes(dtype)
+        full = dtype in ("fp32", "tf32")
+        if master_weights or full:
+            master = 0.0 if full else 4.0
+            moments = 8.0 if optimizer == "adam" else ADAM_8BIT_STATE_BYTES
+            grads = base.grad_bytes
+        else:  # everything in the training dtype: no master copy, moments in that dtype too
+            master = 0.0
+            moments = 2 * weight if optimizer == "adam" else ADAM_8BIT_STATE_BYTES
+            grads = weight
+        return cls(base.compute_dtype, base.param_bytes, grads, master + moments, base.activation_bytes,
+                   grad_buffers, optimizer_in_backward)
+
+    @classmethod
+    def _mixed(cls, dtype: str) -> Precision:
+        """Mixed-precision Adam in `dtype` (what `named` gives by default)."""
         if dtype == "fp32":
             return cls("fp32", 4.0, 4.0, 8.0, 4.0)
         if dtype == "tf32":
@@ -31,3 +80,9 @@ class Precision:
             # accumulate_allreduce_grads_in_fp32 for bf16 (docs/distrib_optimizer: 2 + 4 + 12 B/param)
             return cls("bf16", 2.0, 4.0, 12.0, 2.0)
         return cls(dtype)
+
+    def state_bytes(self, params: float, grads: float, optimizer_params: float) -> float:
+        """Bytes of these parameter, gradient and optimizer-state counts kept across the step (every gradient
+        copy; none with the optimizer in backward, where each lives only through its layer's backward)."""
+        kept_grads = 0.0 if self.optimizer_in_backward else grads * self.grad_bytes * self.grad_buffers
+        return params * self.param_bytes + kept_grads + optimizer_params * self.optimizer_bytes

@@ -18,8 +18,8 @@ class Outcome:
     samples_per_s, time_us, ...). `group` keys the ranking group (several strategies of one model in
     one source); `throughput_*` are what ranking compares (higher is better).
 
-    `memory_*_gib` are the row's measured peak memory and trainsim's predicted peak of the fullest stage, in
-    GiB (None where the row states no memory); `mem_kind` is what the measurement counts (allocated, reserved
+    `memory_*_gib` are the row's measured peak memory and trainsim's predicted peak of the pipeline stage the
+    row measured (its mem_scope; the fullest stage where that is a maximum or unstated), in GiB (None where the row states no memory); `mem_kind` is what the measurement counts (allocated, reserved
     or unstated); `oom_predicted` is trainsim's out-of-memory verdict (None when the row was not simulated).
     A row with a measured memory but no time metric has metric MEMORY_METRIC and no time prediction.
     """

@@ -87,7 +87,7 @@ def memory_lines(report: ValidationReport) -> list[str]:
     if not m["n"]:
         return []
     by_kind = report.memory_by_kind()
-    return [memory_line("[bold]memory[/] (predicted peak of the fullest stage vs measured):", m),
+    return [memory_line("[bold]memory[/] (predicted peak of the measured rank's stage vs measured):", m),
             *(memory_line(f"  {kind}:", k) for kind, k in by_kind.items())]
 
 

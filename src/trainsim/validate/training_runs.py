@@ -263,9 +263,6 @@ def _dtype(precision: str, gpu: str, notes: dict[str, str]) -> str:
     if re.search(r"float8 all-gather|fp8 all-gather", p):
         raise RowSkip("precision not modelled", "FP8 all-gather of sharded parameters (trainsim gathers them in "
                       "the training dtype)")
-    if re.search(r"bf16-true|full bf16|pure bf16", p):
-        notes["precision"] = (f"'{precision}': bf16 weights, gradients and optimizer states; memory and gradient "
-                              "bytes priced as mixed precision (fp32 master)")
     if re.search(r"fp8|float8|e4m3", p):
         return "fp8"
     if re.search(r"bf16|bfloat16", p):
@@ -285,6 +282,60 @@ def _dtype(precision: str, gpu: str, notes: dict[str, str]) -> str:
         notes["precision"] = f"not stated: {dtype} mixed precision (what the GPU trains in)"
         return dtype
     raise RowSkip("precision not understood", f"'{precision}'")
+
+
+_PURE_PRECISION = r"bf16-true|full bf16|pure bf16|bf16 params, grads and \w*\s*states"
+"""A precision cell that keeps weights, gradients and optimizer states all in bf16 (no fp32 master)."""
+
+
+def _master_weights(precision: str, notes: dict[str, str]) -> bool:
+    """Whether the run keeps an fp32 master copy (mixed precision) or everything in the training dtype."""
+    if re.search(_PURE_PRECISION, precision.lower()):
+        notes["precision"] = f"'{precision}': weights, gradients and optimizer states in bf16, no fp32 master"
+        return False
+    return True
+
+
+def _torch_ddp_buckets(row: dict[str, str]) -> bool:
+    """Whether the row's data parallelism is torch DistributedDataParallel with its default bucket copies:
+    Lightning (LitGPT) runs it through Fabric's DDPStrategy, which leaves gradient_as_bucket_view False, unless
+    the Thunder compiler runs its own ddp transform. Megatron's DDP keeps one contiguous gradient buffer."""
+    framework = " ".join(_cell(row, c) for c in ("source", "source_group")).lower()
+    settings = _cell(row, "other_settings").lower()
+    return re.search(r"litgpt|lightning", framework) is not None and re.search(r"compiler\s*=\s*thunder",
+                                                                              settings) is None
+
+
+def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
+    """The `optimizer` cell -> simulation keys (optimizer, optimizer_in_backward). Adam, AdamW and LAMB keep two
+    moments (adam); 8-bit Adam/AdamW keeps them block-wise quantised (adam_8bit); other optimizers skip. An absent
+    column says nothing (Adam, as every other file's rows); a present but empty one is noted."""
+    if "optimizer" not in row:
+        return {}
+    text = _cell(row, "optimizer")
+    t = text.lower()
+    if _unstated(t):
+        notes["optimizer"] = "not stated: Adam"
+        return {}
+    out: dict[str, Any] = {}
+    if re.search(r"optimizer_in_bwd|(?:fused|step) into backward|in[- ]backward", t):
+        out["optimizer_in_backward"] = True
+    if re.search(r"8[- ]?bit|adam8bit|adamw8bit", t):
+        out["optimizer"] = "adam_8bit"
+        if "paged" in t:
+            raise RowSkip(SETTING, f"optimizer '{text}': paged 8-bit states live in CUDA unified memory, "
+                          "outside PyTorch's allocator")
+        if re.search(r"not stated|unstated", t):
+            notes["optimizer"] = f"'{text}': priced as block-wise 8-bit Adam (bitsandbytes / torchao)"
+    elif re.search(r"\b(?:adamw?|lamb)\b", t):
+        if re.search(r"\blamb\b", t):
+            notes["optimizer"] = f"'{text}': LAMB keeps Adam's two moments"
+    elif re.search(r"adafactor", t):
+        raise RowSkip(SETTING, f"optimizer '{text}': factored second moments (row and column statistics per "
+                      "matrix) are not priced")
+    else:
+        raise RowSkip(SETTING, f"optimizer '{text}': trainsim prices Adam-style states (adam, adam_8bit)")
+    return out
 
 
 def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[str, Any] | str:
@@ -331,6 +382,12 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
     return {k: v for k, v in out.items() if v is not None}
 
 
+_SDPA_FRAMEWORKS = r"torchtune|litgpt|lightning|torchtitan"
+"""Frameworks whose attention is torch.nn.functional.scaled_dot_product_attention (its flash backend for
+fp16/bf16 on Ampere and newer): torchtune's MultiHeadAttention, LitGPT's CausalSelfAttention (eager too),
+torchtitan's Attention."""
+
+
 def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
     """The attention kernel the run used: as stated in its text, else the framework's documented default."""
     text = " ".join(row.get(c) or "" for c in ("arch", "other_settings")).lower()
@@ -343,6 +400,11 @@ def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
     if "flash" in text:
         return "flash"
     gpu = row.get("gpu", "").lower()
+    framework = " ".join(row.get(c) or "" for c in ("source", "source_group")).lower()
+    if re.search(_SDPA_FRAMEWORKS, framework) and any(g in gpu for g in ("a100", "h100", "h200", "h800", "b200")):
+        notes["attention"] = ("not stated: torchtune, LitGPT and torchtitan call PyTorch's "
+                              "scaled_dot_product_attention, FlashAttention-2 kernels from Ampere on")
+        return "flash"
     if "megatron" in (row.get("source") or "").lower() and any(g in gpu for g in ("h100", "h200", "h800")):
         notes["attention"] = "not stated: Megatron-Core on Hopper runs Transformer Engine's cuDNN fused attention"
         return "cudnn"
@@ -370,6 +432,9 @@ _POSITION = ((r"alibi", "alibi"), (r"\brope\b|rotary", "rope"),
 _NORM = ((r"rms ?norm", "rmsnorm"), (r"(?<!qk-)layer ?norm|\bln\b", "layernorm"))  # qk-layernorm: extra norms
 _LLAMA = r"llama|mistral|qwen|\byi\b|gemma"
 _GPT = r"gpt|\bmpt\b|bloom|\bopt\b|nemotron|falcon|megatron|starcoder"
+_TIED_MODELS = r"llama[- ]?3\.2[- ]?(?:1|3)b\b"
+"""Published models of the Llama family whose Hugging Face config.json sets tie_word_embeddings: true (Meta's
+Llama 3.2 1B and 3B), unlike the family's untied default."""
 LLAMA_FEATURES = {"norm": "rmsnorm", "mlp": "swiglu", "position": "rope", "bias": False, "dropout": False,
                   "tied_embeddings": False}
 """The Llama family as the custom transformer: what an arch text saying 'Llama' means unless it says otherwise."""
@@ -454,6 +519,9 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
         if key in stated and stated[key] != value:
             raise RowSkip(ARCH_UNKNOWN, f"arch says {key} {stated[key]}, other_settings says {value}")
         stated[key] = value
+    if "tied_embeddings" not in stated and re.search(_TIED_MODELS, name.lower()):
+        stated["tied_embeddings"] = True
+        notes["tied_embeddings"] = f"not stated: '{name}' ties its embeddings (tie_word_embeddings in its config)"
     features = {**base, **stated}
     unstated = [f"{k} {v}" for k, v in base.items() if k not in stated and k != "dropout"]
     if unstated:
@@ -489,6 +557,7 @@ class _Settings:
     schedule: str | None = None
     attention: str | None = None
     optimizer_instances: int = 1
+    optimizer: str | None = None  # adam_8bit where other_settings names an 8-bit Adam
     stages: dict[str, int] = field(default_factory=dict)  # first_stage_layers / last_stage_layers
     features: dict[str, Any] = field(default_factory=dict)
     dropout: dict[str, float] = field(default_factory=dict)
@@ -570,11 +639,17 @@ def _position(m: re.Match[str], st: _Settings) -> None:
 
 
 def _optimizer(m: re.Match[str], st: _Settings) -> None:
+    """An optimizer named in other_settings: Adam/AdamW/LAMB keep two moments, 8-bit Adam keeps them quantised;
+    matrix-valued (Muon, Shampoo, SOAP) and factored (Adafactor) optimizers are not priced."""
     name = m.group(1)
     if name in ("muon", "shampoo", "soap"):
         raise RowSkip(SETTING, f"{name} optimizer (matrix-valued steps; trainsim prices Adam)")
-    if name not in ("adam", "adamw"):
-        st.notes.append(f"{name} optimizer priced as Adam")
+    if name == "adafactor":
+        raise RowSkip(SETTING, "adafactor optimizer (factored second moments are not priced)")
+    if name.startswith("8-bit"):
+        st.optimizer = "adam_8bit"
+    elif name == "lamb":
+        st.notes.append("lamb optimizer priced as Adam")
 
 
 def _dropout(m: re.Match[str], st: _Settings) -> None:
@@ -644,8 +719,8 @@ _RULES: list[tuple[str, Action]] = [
     (r"fp8-param-gather\s*=\s*true", _skip(SETTING, "FP8 parameter all-gather")),
     (r"first-last-layers-bf16\s*=\s*true", _note("first and last layers in BF16 priced as FP8")),
     # recognised, not modelled or without effect on the step: recorded (notes) or passed (_ok)
-    (r".*?\b(muon|shampoo|soap|lamb|adafactor|8-bit adamw?|adamw?)\b.*", _optimizer),
     (r"(?:step|experiment)\s*=?\s*'.*", _ok),  # a row label: its settings are in the other columns and tokens
+    (r".*?\b(muon|shampoo|soap|lamb|adafactor|8-bit adamw?|adamw?)\b.*", _optimizer),
     (r"cuda[-_ ]?graphs?.*", _note("CUDA graphs (launch overhead) not modelled")),
     (r"torch\.compile(?:\s*=\s*true| on)|compiler\s*=\s*thunder", _feature("kernels", "fused")),
     (r"torch\.compile\s*=\s*false|compiler\s*=\s*eager", _feature("kernels", "eager")),
@@ -793,6 +868,18 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if gb % (mb * dp):
         raise RowSkip("batch sizes", f"global_batch {gb} is not a multiple of micro_batch x dp = {mb * dp}")
     dtype = _dtype(_cell(row, "precision"), row["gpu"], notes)
+    simulation: dict[str, Any] = {"dtype": dtype, **_optimizer_column(row, notes)}
+    if settings.optimizer is not None and simulation.get("optimizer") != settings.optimizer:
+        if not _unstated(_cell(row, "optimizer")):
+            raise RowSkip(SETTING, f"other_settings names {settings.optimizer}, the optimizer column "
+                          f"'{_cell(row, 'optimizer')}'")
+        simulation["optimizer"] = settings.optimizer
+    if not _master_weights(_cell(row, "precision"), notes):
+        simulation["master_weights"] = False
+    if dp > 1 and not sharded and _torch_ddp_buckets(row):
+        simulation["grad_bucket_copy"] = True
+        notes["grad_bucket_copy"] = ("Lightning Fabric's DDP strategy wraps torch DistributedDataParallel without "
+                                     "gradient_as_bucket_view: its buckets hold a second copy of the gradients")
     if model["name"] != "resnet50":
         model["attention"] = _attention_backend(settings, notes) or _attention(row, notes)
         kv_channels = re.search(r"kv-channels\s*=\s*(\d+)", _cell(row, "other_settings").lower())
@@ -802,7 +889,7 @@ def _row_job(row: dict[str, str]) -> RowJob:
         notes["settings"] = "; ".join(dict.fromkeys(settings.notes))
     if settings.unknown:
         notes["other_settings"] = "not interpreted: " + "; ".join(settings.unknown)
-    job = {"model": model, "cluster": cluster, "strategy": strategy, "simulation": {"dtype": dtype}}
+    job = {"model": model, "cluster": cluster, "strategy": strategy, "simulation": simulation}
     conv = convention_of(row.get("flops_convention") or "")
     shape = None
     if model["name"] != "resnet50":
@@ -844,16 +931,47 @@ def measured_memory(row: dict[str, str]) -> tuple[float, str] | str | None:
     return gib, kind
 
 
+def memory_stage(row: dict[str, str], stages: int) -> int | None | str:
+    """Which pipeline stage's peak the row's memory figure is (`mem_scope`): 0 for rank 0 (the first stage),
+    stages - 1 for the last global rank (the last stage, in Megatron's and nanotron's rank order), None for the
+    fullest stage (a maximum over ranks, or an unstated scope), or why the scope cannot be read."""
+    scope = _cell(row, "mem_scope").lower()
+    if stages == 1:
+        return 0
+    if _unstated(scope) or re.search(r"\bmax(?:imum)?\b|all ranks|any rank|fullest", scope):
+        return None
+    if re.search(r"\blast\b|world_size\s*-\s*1", scope):
+        return stages - 1
+    if re.match(r"(?:global\s+)?rank\s*0\b|first\b", scope):
+        return 0
+    return f"mem_scope = '{_cell(row, 'mem_scope')}' names no rank trainsim can place (rank0, last rank, max)"
+
+
 def with_memory(out: Outcome, row: dict[str, str], peak_bytes: list[float], oom: bool) -> Outcome:
     """`out` with trainsim's OOM verdict and, where the row measured its peak memory, the measurement, its kind
-    and the predicted peak of the fullest stage (GiB). An unusable memory cell is noted in the tags."""
+    and the predicted peak (GiB) of the stage its `mem_scope` names (memory_stage; the fullest stage where the
+    scope is a maximum or unstated). An unusable memory cell or scope is noted in the tags."""
     out.oom_predicted = oom
     mem = measured_memory(row)
     if isinstance(mem, str):
         out.tags["memory"] = f"not compared: {mem}"
-    elif mem is not None and peak_bytes:
-        out.memory_measured_gib, out.mem_kind = mem
+        return out
+    if mem is None or not peak_bytes:
+        return out
+    stage = memory_stage(row, len(peak_bytes))
+    if isinstance(stage, str):
+        out.tags["memory"] = f"not compared: {stage}"
+        return out
+    out.memory_measured_gib, out.mem_kind = mem
+    if stage is None:
         out.memory_predicted_gib = max(peak_bytes) / GIB
+        if len(peak_bytes) > 1:
+            why = "not stated" if _unstated(_cell(row, "mem_scope")) else f"'{_cell(row, 'mem_scope')}'"
+            out.tags["memory_scope"] = f"{why}: the fullest of {len(peak_bytes)} pipeline stages"
+    else:
+        out.memory_predicted_gib = peak_bytes[stage] / GIB
+        if len(peak_bytes) > 1:
+            out.tags["memory_scope"] = f"'{_cell(row, 'mem_scope')}': pipeline stage {stage} of {len(peak_bytes)}"
     return out
 
 
