@@ -141,7 +141,8 @@ YAML_KEYS = {
     "strategy": ["tp", "pp", "dp", "zero", "fsdp", "recompute", "schedule", "micro_batch", "global_batch", "tree",
                  "sequence_parallel", "bogus"],
     "simulation": ["dtype", "gamma", "exact", "granularity", "fidelity", "calibration", "comm_model",
-                   "master_weights", "optimizer", "optimizer_in_backward", "grad_bucket_copy", "bogus"],
+                   "master_weights", "optimizer", "optimizer_in_backward", "grad_bucket_copy", "expandable_segments",
+                   "bogus"],
 }
 YAML_SCALARS = st.one_of(st.sampled_from([True, False, None, 0, 1, 2, 8, -1, 10**12, 1.5, float("nan"),
                                           float("inf"), "gpt2", "pcie-titanxp", "dgx-a100", "", "x", "bf16", "full",

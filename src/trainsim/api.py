@@ -33,11 +33,18 @@ from .config import (
     load_yaml,
     parse_job,
 )
+from .cost.allocator import stage_replay
 from .cost.annotate import FlowBook, annotate, optimizer_time
 from .cost.calibration import load_calibration
 from .cost.comm import CommModel, NcclComm
 from .cost.compute import RooflineCompute
-from .cost.memory import RUNTIME_RESERVED_BYTES, job_precision, static_memory
+from .cost.memory import (
+    CUBLASLT_WORKSPACE_BYTES,
+    RUNTIME_RESERVED_BYTES,
+    StaticMemory,
+    job_precision,
+    static_memory,
+)
 from .cost.multidim import AnalyticalComm
 from .cost.offload import offload_memory_system
 from .errors import ConfigError
@@ -662,6 +669,44 @@ def _stage_terms(costed: CostedProgram, cl: Cluster) -> tuple[dict[int, Any], di
     return statics, opt_s
 
 
+def _static_blocks(chunks: list[Any], static: StaticMemory, precision: Precision) -> list[float]:
+    """A rank's long-lived tensors as the caching allocator sees them: per layer one block each of parameters,
+    gradients and optimizer states (the layer's share of `static`, which already counts gradient copies and
+    the optimizer in backward), then the cuBLAS and cuBLASLt workspaces (cost.memory.workspace_bytes)."""
+    states = [st for c in chunks if c.offload == "none" for st in c.layer_states.values()]
+    blocks: list[float] = []
+    for i, total in enumerate((static.params_bytes, static.grads_bytes, static.optimizer_bytes)):
+        count = sum(st[i] for st in states)
+        blocks += [total * st[i] / count for st in states] if count > 0 else []
+    if static.workspace_bytes > CUBLASLT_WORKSPACE_BYTES:
+        blocks += [static.workspace_bytes - CUBLASLT_WORKSPACE_BYTES, CUBLASLT_WORKSPACE_BYTES]
+    return blocks
+
+
+def _stage_memory(costed: CostedProgram, statics: dict[int, StaticMemory], dynamic: dict[int, float],
+                  capacity: float, sim: SimulationSpec) -> list[StageMemory]:
+    """Each stage's allocated peak (statics + the simulation's dynamic peak), its reserved peak (the allocated
+    one plus what a replay of the stage through PyTorch's caching allocator holds beyond its own allocated
+    peak: cost.allocator.stage_replay) and its components by kind for the OOM message."""
+    program = costed.program
+    sched, pp = program.tree.schedule, program.mesh.pp
+    by_rank: dict[int, list[Any]] = defaultdict(list)
+    for ch in program.chunks:
+        by_rank[ch.pp_rank].append(ch)
+    out = []
+    for r in sorted(statics):
+        st = statics[r]
+        est = stage_replay(by_rank[r], _static_blocks(by_rank[r], st, costed.precision), sched.kind, pp,
+                           sched.n_micro_batch, sched.virtual_stages, sched.max_ongoing_micro_batch,
+                           sim.expandable_segments)
+        allocated = st.total_bytes + dynamic[r]
+        parts = {"params": st.params_bytes, "grads": st.grads_bytes, "optimizer_states": st.optimizer_bytes,
+                 "activations": dynamic[r], "workspaces": st.workspace_bytes}
+        out.append(StageMemory(r, st.total_bytes, dynamic[r], allocated, capacity,
+                               peak_reserved_bytes=allocated + est.overhead_bytes, components_bytes=parts))
+    return out
+
+
 def _check_iteration(iteration: float) -> None:
     if not (math.isfinite(iteration) and iteration > 0):  # the field bounds should make this unreachable
         raise ConfigError("simulation", f"the predicted iteration time is {iteration!r} s, not a positive number",
@@ -715,8 +760,7 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     stage_dyn: dict[int, float] = defaultdict(float)
     for c, rc in enumerate(graph.classes):
         stage_dyn[rc.stage] = max(stage_dyn[rc.stage], trace.peak_dynamic_bytes[c])
-    memory = [StageMemory(r, statics[r].total_bytes, stage_dyn[r], statics[r].total_bytes + stage_dyn[r], capacity)
-              for r in sorted(statics)]
+    memory = _stage_memory(costed, statics, stage_dyn, capacity, sim)
     stage_breakdown: list[dict[str, float]] = []
     for r in sorted(statics):
         cls = [c for c, rc in enumerate(graph.classes) if rc.stage == r]
@@ -752,8 +796,7 @@ def _analytic_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     ranks = sorted(statics)
     per_stage = [{k: float(est.breakdown_s[0, r, i]) for i, k in enumerate(BREAKDOWN_KEYS)} for r in ranks]
     breakdown = {k: sum(b[k] for b in per_stage) / len(per_stage) for k in BREAKDOWN_KEYS}
-    memory = [StageMemory(r, statics[r].total_bytes, float(est.dynamic_bytes[0, r]),
-                          statics[r].total_bytes + float(est.dynamic_bytes[0, r]), capacity) for r in ranks]
+    memory = _stage_memory(costed, statics, {r: float(est.dynamic_bytes[0, r]) for r in ranks}, capacity, sim)
     mdl = tree.model
     return SimulationResult(
         model=mdl.name, cluster=cl.name, device=cl.device.name, n_gpus=cl.world_size,

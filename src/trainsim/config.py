@@ -274,6 +274,9 @@ class SimulationSpec(_Strict):
                                         "micro-batch per step and no pipeline")
     grad_bucket_copy: bool = Field(False, description="PyTorch DDP without gradient_as_bucket_view: the "
                                    "reducer's buckets hold a second copy of the gradients for the whole step")
+    expandable_segments: bool = Field(False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: "
+                                      "the caching allocator grows one segment per pool instead of one per "
+                                      "request, which removes most fragmentation from peak_reserved")
     gamma: float | None = Field(None, ge=0.0, le=5.0,
                                 description="compute slowdown while overlapped with gradient comm (calibrated)")
     exact: bool = False

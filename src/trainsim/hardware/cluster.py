@@ -277,6 +277,29 @@ def dgx_b200(nodes: int = 1) -> Cluster:
     )
 
 
+def gb200_nvl72(nodes: int = 1) -> Cluster:
+    """GB200 NVL72: 72 Blackwell GPUs (36 GB200 superchips in 18 compute trays of 4) in one NVLink5 switch
+    domain, one 400 Gb/s ConnectX-7 per GPU to the next rack. A 'node' here is the NVLink domain (the rack),
+    not a compute tray: GPUs in different trays of a rack talk over NVLink, not the NIC."""
+    return Cluster(
+        name="gb200-nvl72",
+        device=get_device("gb200"),
+        gpus_per_node=72,
+        nodes=nodes,
+        levels=(
+            Level("nvswitch", "switch", 72, 900.0, NVLINK_LATENCY_S),
+            Level("infiniband", "switch", nodes, _per_gpu_nic_gbps(72, 50.0, 72), IB_LATENCY_S),
+        ),
+        nics_per_node=72,
+        nic_gbps=50.0,
+        description="72x GB200 GPUs per NVLink domain (NVLink5, 18 links x 50 GB/s = 900 GB/s per GPU per "
+        "direction, 130 TB/s aggregate); InfiniBand across racks modelled as one switch.",
+        source="NVIDIA GB200 NVL72 datasheet: 72 Blackwell GPUs, 130 TB/s NVLink bandwidth (1.8 TB/s "
+        "bidirectional per GPU); NICs assumed one ConnectX-7 400 Gb/s per GPU as in the reference "
+        "architecture's compute fabric.",
+    )
+
+
 def dgx1_v100(nodes: int = 1) -> Cluster:
     """DGX-1 (Volta): 8x V100-32GB on the NVLink2 hybrid cube-mesh, one 100 Gb/s EDR NIC per node."""
     nic_gbps = 12.5
@@ -353,6 +376,7 @@ CLUSTERS: dict[str, Callable[[int], Cluster]] = {
     "dgx-h100": dgx_h100,
     "hgx-h200": hgx_h200,
     "dgx-b200": dgx_b200,
+    "gb200-nvl72": gb200_nvl72,
     "dgx1-v100": dgx1_v100,
     "pcie-titanxp": pcie_titanxp,
     "pcie-1080ti-10gbe": pcie_1080ti_10gbe,

@@ -202,6 +202,19 @@ DEVICES: dict[str, Device] = {
             "148 SMs from cudaGetDeviceProperties (not in the datasheets).",
         ),
         _device(
+            "gb200",
+            {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0},
+            186,
+            8000.0,
+            148,
+            "NVIDIA GB200 NVL72 datasheet (rack of 72 Blackwell GPUs, tensor figures stated with "
+            "sparsity): TF32 180 PF, FP16/BF16 360 PF, FP8 720 PF -> per GPU halved to dense 1250, 2500, "
+            "5000 TFLOPS; FP32 5,760 TF -> 80; up to 13.4 TB HBM3e at 576 TB/s -> 186 GB and 8 TB/s per "
+            "GPU. The GB200 runs its B200 GPUs at 1.2 kW, hence 2.5 PF dense BF16 against the HGX B200's "
+            "2.25 PF (some third-party tables give GB200 2.25: they copy the HGX part). SMs as b200 "
+            "(not in the datasheet).",
+        ),
+        _device(
             "a40",
             {"fp32": 37.4, "tf32": 74.8, "fp16": 149.7, "bf16": 149.7},
             48,
@@ -261,6 +274,7 @@ _DEVICE_ALIASES: Mapping[str, str] = MappingProxyType(
         "h100-96gb": "h100-96gb-500w",
         "h200": "h200-sxm",
         "hgx-b200": "b200",
+        "gb200-nvl72": "gb200",
         "a5500": "rtx-a5500",
         "1080ti": "gtx-1080-ti",
         "titanxp": "titan-xp",

@@ -23,15 +23,29 @@ _FIRST_BIT = tuple(next((i for i in range(len(COMM_PRIORITY)) if bits >> i & 1),
 
 @dataclass
 class StageMemory:
+    """One pipeline stage's memory. `peak_bytes` is the allocated peak (torch.cuda.max_memory_allocated: the
+    tensors alive at once); `peak_reserved_bytes` what PyTorch's caching allocator holds for them
+    (max_memory_reserved: rounding, segment tails, freed blocks it cannot reuse; cost.allocator), which is what
+    must fit: the verdict compares it with `capacity_bytes`. `components_bytes`: the peak by kind (params,
+    grads, optimizer_states, activations, workspaces) for the OOM message."""
+
     stage: int
     static_bytes: float
     activation_peak_bytes: float
     peak_bytes: float
     capacity_bytes: float
+    peak_reserved_bytes: float = 0.0  # 0: not estimated (taken as the allocated peak)
+    components_bytes: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def reserved_bytes(self) -> float:
+        """The reserved peak, never below the allocated one."""
+        return max(self.peak_bytes, self.peak_reserved_bytes)
 
     @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.capacity_bytes
+        """The OOM verdict: the caching allocator's reserved peak within the usable capacity."""
+        return self.reserved_bytes <= self.capacity_bytes
 
 
 @dataclass
@@ -63,6 +77,7 @@ class SimulationResult:
     learned: dict[str, Any] | None = None  # the learned compute model's correction (learn.compute), if used
     critical_path_tasks: int = 0  # the critical path's length in tasks (`critical_path` is empty when folded)
     fold: str | None = None  # how the micro-batches were folded (sim.periodic), or why they were not
+    oom_suggestions: list[dict[str, Any]] = field(default_factory=list)  # tried changes that fit (api._oom_fixes)
     fidelity: str = "event"  # event (the engine's schedule: graph and trace) | analytic (sim.analytic, neither)
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
@@ -122,10 +137,15 @@ class SimulationResult:
             "mfu": self.mfu, "hfu": self.hfu,
             "peak_memory_bytes": self.peak_memory_bytes,
             "memory_capacity_bytes": self.memory[0].capacity_bytes if self.memory else 0,
+            "peak_reserved_bytes": [s.reserved_bytes for s in self.memory],
+            "memory_verdict_uses": "peak_reserved (the caching allocator's segments must fit)",
             "memory_per_stage": [{"stage": s.stage, "static_bytes": s.static_bytes,
                                   "activation_peak_bytes": s.activation_peak_bytes, "peak_bytes": s.peak_bytes,
+                                  "peak_allocated_bytes": s.peak_bytes, "peak_reserved_bytes": s.reserved_bytes,
+                                  "components_bytes": s.components_bytes,
                                   "fits": s.fits} for s in self.memory],
             "oom": self.oom,
+            "oom_suggestions": self.oom_suggestions,
             "breakdown": self.breakdown,
             "breakdown_per_stage": self.breakdown_per_stage,
             "critical_path_by_category": self.critical_path_by_category,

@@ -188,7 +188,8 @@ def _simulate_row(args: tuple[str, int, dict[str, str], str | None, dict[str, An
         if res.oom:
             built.assumptions["oom"] = "trainsim predicts out-of-memory for this configuration"
         out = training_runs.outcome(i, row, built, res.iteration_time_s, res.hw_flops, float(res.model_params))
-        return out if out.skipped is not None else training_runs.with_memory(out, row, res.peak_memory_bytes, res.oom)
+        return out if out.skipped is not None else training_runs.with_memory(out, row, res.peak_memory_bytes, res.oom,
+                                                                               [m.reserved_bytes for m in res.memory])
     return vtrain.outcome(i, row, job, res.iteration_time_s)
 
 

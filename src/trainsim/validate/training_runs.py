@@ -355,6 +355,9 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
         out = {"name": "hgx-h200"}
     elif "b200" in gpu and "gb200" not in gpu:
         out = {"name": "dgx-b200"}
+    elif "gb200" in gpu:  # every GPU of a GB200 rack shares one NVLink domain: its 'node' is the rack
+        out = {"name": "gb200-nvl72"}
+        gpn = 72
     elif "v100" in gpu:
         dev = "v100-sxm2-16gb" if mem == 16 or "16gb" in gpu else "v100-sxm2-32gb"
         if "cube" in intra or ("sxm2" in gpu and "nvswitch" not in intra):
@@ -405,8 +408,9 @@ def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
         notes["attention"] = ("not stated: torchtune, LitGPT and torchtitan call PyTorch's "
                               "scaled_dot_product_attention, FlashAttention-2 kernels from Ampere on")
         return "flash"
-    if "megatron" in (row.get("source") or "").lower() and any(g in gpu for g in ("h100", "h200", "h800")):
-        notes["attention"] = "not stated: Megatron-Core on Hopper runs Transformer Engine's cuDNN fused attention"
+    if "megatron" in (row.get("source") or "").lower() and any(g in gpu for g in ("h100", "h200", "h800", "b200")):
+        notes["attention"] = ("not stated: Megatron-Core on Hopper and Blackwell (b200, gb200) runs Transformer "
+                              "Engine's cuDNN fused attention")
         return "cudnn"
     notes["attention"] = "not stated: unfused (softmax + two batched GEMMs, the framework's default then)"
     return "unfused"
@@ -909,7 +913,16 @@ def _measured(row: dict[str, str]) -> tuple[str | None, float]:
     return None, math.nan
 
 
-MEM_KINDS = ("allocated", "reserved")
+MEM_KINDS = ("allocated", "reserved", "used")
+"""allocated: torch.cuda max_memory_allocated (trainsim's peak_bytes); reserved: max_memory_reserved (the caching
+allocator's segments, peak_reserved_bytes); used: nvidia-smi / pynvml device memory used, the reserved segments
+plus the CUDA context (CUDA_CONTEXT_BYTES), compared only for rows that say they read it."""
+CUDA_CONTEXT_BYTES = 1343 * 2**20
+"""The CUDA context and kernel images a PyTorch process holds outside the caching allocator, as Hugging Face's
+"Model training anatomy" page (transformers docs, perf_train_gpu_one) measured it with pynvml after
+torch.ones((1, 1)).to("cuda"): 1343 MB (MiB). Only for mem_kind used; it varies with the CUDA version, driver
+and the kernels loaded."""
+_NVML_USED = re.compile(r"nvidia-smi|pynvml|device used memory", re.I)
 UNSTATED_MEM_KIND = "unstated"
 GIB = 2.0 ** 30
 
@@ -924,6 +937,8 @@ def measured_memory(row: dict[str, str]) -> tuple[float, str] | str | None:
     if gib is None or gib <= 0:
         return f"peak_mem_gib = '{cell}' is not a positive number of GiB"
     kind = _cell(row, "mem_kind").lower()
+    if _unstated(kind) and _NVML_USED.search(_cell(row, "notes")):
+        return gib, "used"  # the source read the device's used memory (its notes say so)
     if _unstated(kind):
         return gib, UNSTATED_MEM_KIND
     if kind not in MEM_KINDS:
@@ -947,12 +962,21 @@ def memory_stage(row: dict[str, str], stages: int) -> int | None | str:
     return f"mem_scope = '{_cell(row, 'mem_scope')}' names no rank trainsim can place (rank0, last rank, max)"
 
 
-def with_memory(out: Outcome, row: dict[str, str], peak_bytes: list[float], oom: bool) -> Outcome:
+def with_memory(out: Outcome, row: dict[str, str], peak_bytes: list[float], oom: bool,
+                reserved_bytes: list[float] | None = None) -> Outcome:
     """`out` with trainsim's OOM verdict and, where the row measured its peak memory, the measurement, its kind
     and the predicted peak (GiB) of the stage its `mem_scope` names (memory_stage; the fullest stage where the
-    scope is a maximum or unstated). An unusable memory cell or scope is noted in the tags."""
+    scope is a maximum or unstated). The peak compared is the one the row's kind counts: allocated
+    (`peak_bytes`), reserved (`reserved_bytes`, the caching allocator's), used (reserved + the CUDA
+    context). An unusable memory cell or scope is noted in the tags."""
     out.oom_predicted = oom
     mem = measured_memory(row)
+    if not isinstance(mem, str) and mem is not None and mem[1] in ("reserved", "used") and reserved_bytes:
+        extra = CUDA_CONTEXT_BYTES if mem[1] == "used" else 0.0
+        peak_bytes = [b + extra for b in reserved_bytes]
+        out.tags["memory_kind"] = ("compared with peak_reserved (caching allocator segments)" if not extra else
+                                   "compared with peak_reserved + the CUDA context (1343 MiB, HF's pynvml "
+                                   "measurement)")
     if isinstance(mem, str):
         out.tags["memory"] = f"not compared: {mem}"
         return out
