@@ -44,10 +44,13 @@ def _write(path: Path, rows: list[dict[str, str]]) -> Path:
 
 
 def _predicted(row: dict[str, str]) -> tuple[float, bool]:
-    """trainsim's peak memory of the fullest stage (GiB) and OOM verdict for a row, straight from simulate."""
+    """trainsim's peak memory of the fullest stage (GiB) and OOM verdict for a row, straight from simulate:
+    the allocated peak, or the caching allocator's reserved peak for a reserved row."""
     rj = tr.row_job(row)
     assert not isinstance(rj, str), rj
     res = simulate(rj.job)
+    if row["mem_kind"] == "reserved":
+        return max(m.reserved_bytes for m in res.memory) / GIB, res.oom
     return max(res.peak_memory_bytes) / GIB, res.oom
 
 
@@ -119,6 +122,8 @@ def test_measured_memory_never_guesses() -> None:
     assert tr.measured_memory(training_row(peak_mem_gib="not stated")) is None
     assert tr.measured_memory(training_row(peak_mem_gib="2.5", mem_kind="Reserved")) == (2.5, "reserved")
     assert tr.measured_memory(training_row(peak_mem_gib="2.5", mem_kind="unknown")) == (2.5, "unstated")
+    smi = training_row(peak_mem_gib="2.5", mem_kind="unknown", notes="pynvml device used memory after training")
+    assert tr.measured_memory(smi) == (2.5, "used")  # nvidia-smi 'used': reserved + the CUDA context
     assert "not a positive number" in str(tr.measured_memory(training_row(peak_mem_gib="lots")))
     assert "not a positive number" in str(tr.measured_memory(training_row(peak_mem_gib="0")))
 

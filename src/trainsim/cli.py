@@ -231,6 +231,16 @@ def simulate(
                           "drop --trace, or simulate with --fidelity event")
     with simulate_bar() as bar:
         result = run_simulation(job, progress=bar, timeline=trace_target is not None or report_target is not None)
+    oom_cache: dict[str, Any] = {}
+
+    def oom_account() -> dict[str, Any]:
+        """The OOM report (optimize.oom_fixes: candidate changes simulated), computed once for JSON and text."""
+        if not oom_cache:
+            from .optimize.oom_fixes import oom_report
+
+            oom_cache.update(oom_report(job, result))
+        return oom_cache
+
     fit = None
     if max_micro_batch:
         from .optimize.micro_batch import largest_fitting_micro_batch
@@ -241,6 +251,8 @@ def simulate(
         data = simulation_json(job, result, searched)
         if fit is not None:
             data["max_micro_batch"] = fit.to_json()
+        if result.oom:
+            data["oom_report"] = oom_account()
         payloads[json_target] = json_text(data, "--json")
     if trace_target is not None:
         payloads[trace_target] = chrome_trace_json(result)
@@ -259,6 +271,9 @@ def simulate(
         print_summary(result, job=f"{line}; {auto_note(searched)}" if searched else line)
         if fit is not None:
             print(fit.describe())
+        if result.oom:
+            for text in oom_account()["suggestion_lines"]:
+                print(text)
     write_outputs(payloads)
 
 

@@ -60,7 +60,8 @@ def micro_batch_candidates(global_batch: int, dp: int) -> list[int]:
 
 
 def _peak(result: SimulationResult) -> float:
-    return max(result.peak_memory_bytes)
+    """The fullest stage's reserved peak: what the OOM verdict compares with the capacity."""
+    return max(m.reserved_bytes for m in result.memory)
 
 
 def largest_fitting_micro_batch(job: JobConfig, result: SimulationResult) -> MicroBatchFit:

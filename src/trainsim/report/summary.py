@@ -77,7 +77,8 @@ def print_summary(r: SimulationResult, console: Console | None = None, job: str 
     con.print(t)
 
     m = Table(title="Peak memory per pipeline stage")
-    for col in ("stage", "weights, grads, optimizer", "activations (peak)", "peak", "capacity", "verdict"):
+    for col in ("stage", "weights, grads, optimizer", "activations (peak)", "peak allocated", "peak reserved",
+                "capacity", "verdict (reserved)"):
         m.add_column(col, justify="right")
     rows = r.memory
     if len(rows) > 12:
@@ -88,16 +89,16 @@ def print_summary(r: SimulationResult, console: Console | None = None, job: str 
     for sm in rows:
         if sm.stage > prev + 1:  # a marker row for the stages left out between two shown ones
             hidden = sm.stage - prev - 1
-            m.add_row("...", f"{hidden} stage{'s' if hidden > 1 else ''} not shown", "", "", "", "")
+            m.add_row("...", f"{hidden} stage{'s' if hidden > 1 else ''} not shown", "", "", "", "", "")
         prev = sm.stage
         m.add_row(str(sm.stage), _gib(sm.static_bytes), _gib(sm.activation_peak_bytes), _gib(sm.peak_bytes),
-                  _gib(sm.capacity_bytes), "[green]fits[/]" if sm.fits else "[red]OOM[/]")
+                  _gib(sm.reserved_bytes), _gib(sm.capacity_bytes), "[green]fits[/]" if sm.fits else "[red]OOM[/]")
     con.print(m)
     if r.oom:
         con.print("[bold red]OOM: does not fit.[/] " + "; ".join(r.advice))
     else:
-        con.print(f"[green]Fits in memory[/] (worst stage at {100 * max(r.peak_memory_bytes) / r.memory[0].capacity_bytes:.0f}% "
-                  "of usable capacity).")
+        con.print(f"[green]Fits in memory[/] (worst stage at {100 * max(m.reserved_bytes for m in r.memory) / r.memory[0].capacity_bytes:.0f}% "
+                  "of usable capacity, reserved peak).")
 
     b = Table(title="Where the time goes (average GPU)")
     b.add_column("category")

@@ -77,7 +77,6 @@ class SimulationResult:
     learned: dict[str, Any] | None = None  # the learned compute model's correction (learn.compute), if used
     critical_path_tasks: int = 0  # the critical path's length in tasks (`critical_path` is empty when folded)
     fold: str | None = None  # how the micro-batches were folded (sim.periodic), or why they were not
-    oom_suggestions: list[dict[str, Any]] = field(default_factory=list)  # tried changes that fit (api._oom_fixes)
     fidelity: str = "event"  # event (the engine's schedule: graph and trace) | analytic (sim.analytic, neither)
     graph: ExecutionGraph | None = field(default=None, repr=False)
     trace: SimTrace | None = field(default=None, repr=False)
@@ -145,7 +144,6 @@ class SimulationResult:
                                   "components_bytes": s.components_bytes,
                                   "fits": s.fits} for s in self.memory],
             "oom": self.oom,
-            "oom_suggestions": self.oom_suggestions,
             "breakdown": self.breakdown,
             "breakdown_per_stage": self.breakdown_per_stage,
             "critical_path_by_category": self.critical_path_by_category,
