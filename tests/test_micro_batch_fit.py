@@ -1,4 +1,5 @@
-"""`simulate --max-micro-batch` (optimize.micro_batch): the largest micro-batch that fits, checked by simulation."""
+"""`simulate --max-micro-batch` (optimize.micro_batch): the largest micro-batch that fits, checked by simulation;
+peaks are the reserved ones the verdict uses."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def test_the_answer_fits_and_the_next_candidate_does_not() -> None:
     at = simulate(_job(fit.micro_batch))
     above = simulate(_job(fit.next_micro_batch))
     assert not at.oom and above.oom
-    assert max(at.peak_memory_bytes) == pytest.approx(fit.peak_bytes)
-    assert max(above.peak_memory_bytes) == pytest.approx(fit.next_peak_bytes)
+    assert max(m.reserved_bytes for m in at.memory) == pytest.approx(fit.peak_bytes)
+    assert max(m.reserved_bytes for m in above.memory) == pytest.approx(fit.next_peak_bytes)
     cands = micro_batch_candidates(256, 4)
     assert cands[cands.index(fit.micro_batch) + 1] == fit.next_micro_batch
     assert fit.simulations <= 2 * len(cands).bit_length()  # a binary search, not a sweep
@@ -46,7 +47,7 @@ def test_when_nothing_fits_the_smallest_is_named() -> None:
     assert result.oom
     fit = largest_fitting_micro_batch(job, result)
     assert fit.micro_batch is None and fit.next_micro_batch == 1
-    assert fit.next_peak_bytes == pytest.approx(max(result.peak_memory_bytes))
+    assert fit.next_peak_bytes == pytest.approx(max(m.reserved_bytes for m in result.memory))
     assert fit.describe().startswith("no micro-batch fits: 1 needs")
 
 
