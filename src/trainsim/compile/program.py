@@ -397,15 +397,22 @@ class _Lowerer:
 
     # -- forward ---------------------------------------------------------------------------------
     def forward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, prev: Tensor | None,
-                      steps: list[Step], phase: str = "fwd", only_selective: bool = False) -> Tensor | None:
-        """Append the layer's forward (or its recompute) and return the output layout and bytes."""
+                      steps: list[Step], phase: str = "fwd", only_selective: bool = False,
+                      checkpoint: Tensor | None = None) -> Tensor | None:
+        """Append the layer's forward (or its recompute) and return the output layout and bytes. `prev`: the
+        input as it arrives (its layout sets the collectives); `checkpoint`: the input as the layer keeps it
+        under full recompute, when that differs (a pipeline hand-off scattered over tp arrives as 1/tp of the
+        tensor but is gathered whole before the layer runs, and the whole one is what the backward frees)."""
         tp = self.templates
-        key = ("fwd", tp.layer_key(layer), tp.leaf_key(leaf), recompute, _tensor_key(prev), phase, only_selective)
+        ck = prev if checkpoint is None else checkpoint
+        key = ("fwd", tp.layer_key(layer), tp.leaf_key(leaf), recompute, _tensor_key(prev), phase, only_selective,
+               _tensor_key(ck))
         return tp.steps(key, layer, steps,
-                        lambda: self._forward_layer(layer, leaf, recompute, prev, steps, phase, only_selective))
+                        lambda: self._forward_layer(layer, leaf, recompute, prev, steps, phase, only_selective, ck))
 
     def _forward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, prev: Tensor | None,
-                       steps: list[Step], phase: str, only_selective: bool) -> Tensor | None:
+                       steps: list[Step], phase: str, only_selective: bool,
+                       checkpoint: Tensor | None) -> Tensor | None:
         outs: dict[str, tuple[Layout, float]] = {}
         producer: dict[str, Op] = {}
         cur, cur_op = prev, None
@@ -431,8 +438,8 @@ class _Lowerer:
             if run:
                 if phase == "fwd":
                     alloc = kept
-                    if recompute == "full" and k == 0 and prev is not None:
-                        alloc += prev[1]  # the layer input is the checkpoint
+                    if recompute == "full" and k == 0 and checkpoint is not None:
+                        alloc += checkpoint[1]  # the layer input is the checkpoint (freed by backward_layer)
                 else:
                     alloc = recomputed
                 steps.append(self._compute(op, split, layer.name, phase, alloc=alloc))
@@ -554,7 +561,7 @@ class _Lowerer:
             ch.layers.append(layer.name)
             inputs.append(prev)  # what the layer keeps / recomputes from: the gathered input
             first[layer.name] = len(ch.fwd)
-            prev = self.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd)
+            prev = self.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd, checkpoint=prev)
             received = None
             params0, grads0, opt0 = ch.params_local, ch.grads_local, ch.optimizer_params_local
             self.grad_sync(layer, node.leaf, ch, tied_here)
