@@ -29,3 +29,73 @@ def test_full_recompute_frees_what_it_allocates_after_a_scattered_pipeline_hand_
     first_layer = last.layers[0]
     checkpoint = sum(s.alloc_bytes for s in last.fwd if s.layer == first_layer and s.phase == "fwd")
     assert checkpoint == 2.0 * B * S * H / (tp if sp else 1)  # the layer input, bf16, whole (or seq-split by SP)
+
+
+# --- framework-specific saved tensors (workload.zoo.transformer; hand-computed per-layer bytes) ---------------
+
+F = 512  # SwiGLU ffn width of the llama-shaped test layer
+LLAMA = {"norm": "rmsnorm", "mlp": "swiglu", "position": "rope", "bias": False, "dropout": False,
+         "tied_embeddings": False}
+
+
+def _chunk(features: dict[str, object], tp: int = 1, sp: bool = False, pp: int = 1) -> list:
+    mdl = build_model("custom", B, S, "flash", features=features, layers=2 * pp, hidden=H, heads=A, vocab=V,
+                      ffn=F, kv_heads=A)
+    spec = ParallelSpec(tp=tp, pp=pp, sequence_parallel=sp, micro_batch=B, global_batch=B * pp)
+    return lower(build_strategy(mdl, spec), Precision()).chunks
+
+
+def _layer_bytes(features: dict[str, object], tp: int = 1, sp: bool = False) -> float:
+    ch = _chunk(features, tp, sp)[0]
+    return sum(s.alloc_bytes - s.free_bytes for s in ch.fwd if s.layer == "layers.1")
+
+
+def test_fused_llama_layer_keeps_its_inputs_and_flash_statistics() -> None:
+    """The reference the framework variants add to: per token, norm inputs 2h each, QKV input 2h, q/k/v
+    2(h + 2h) [MHA], proj input 2h, fc1 input 2h, the SwiGLU input 2(2f), fc2 input 2f; flash's fp32 lse 4a."""
+    tokens = B * S
+    expected = tokens * (2 * 2 * H + 2 * H + 2 * (H + 2 * H) + 2 * H + 2 * H + 2 * 2 * F + 2 * F + 4 * A)
+    assert _layer_bytes(LLAMA) == expected
+
+
+def test_unfused_glu_also_keeps_silus_output() -> None:
+    """silu(gate) * up: the multiply keeps silu's bf16 output, f per token beside the gate and up halves."""
+    assert _layer_bytes({**LLAMA, "glu": "unfused"}) - _layer_bytes(LLAMA) == B * S * 2 * F
+
+
+def test_eager_rmsnorm_keeps_an_fp32_copy_and_the_bf16_normalised_tensor() -> None:
+    """Two eager RMSNorms per layer, each 4h (fp32 x) + 2h (normalised) instead of 2h; eager SwiGLU +2f."""
+    extra = _layer_bytes({**LLAMA, "kernels": "eager"}) - _layer_bytes(LLAMA)
+    assert extra == B * S * (2 * (4 * H + 2 * H - 2 * H) + 2 * F)
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_gathered_sp_inputs_are_kept_whole_and_not_regathered(tp: int) -> None:
+    """nanotron's synchronous column linears keep the all-gathered input of QKV and fc1: 2h bytes per token
+    each instead of 2h / tp, and their backward all-gathers nothing again."""
+    shard, whole = _layer_bytes(LLAMA, tp, True), _layer_bytes({**LLAMA, "sp_saves": "gathered"}, tp, True)
+    assert whole - shard == 2 * (2 * B * S * H) * (1 - 1 / tp)
+    regathers = [s for s in _chunk({**LLAMA, "sp_saves": "gathered"}, tp, True)[0].bwd
+                 if s.layer == "layers.1" and s.kind == "collective" and ".input:" in s.label]
+    assert regathers == []
+
+
+@pytest.mark.parametrize(("loss", "temp_bytes"), [("upcast", 2.0), ("upcast_twice", 2.0 + 4.0)])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_cross_entropy_peak_holds_its_temporaries_beside_the_fp32_softmax(loss: str, temp_bytes: float,
+                                                                          tp: int) -> None:
+    """The loss keeps the fp32 softmax (4 bytes per logit, vocab split over tp) and, while it runs, the bf16
+    logits (+2) and with upcast_twice a second fp32 tensor (+4): allocated and freed by its own step, forward
+    and backward."""
+    head = _chunk({**LLAMA, "loss": loss}, tp)[0]
+    logits = B * S * V / tp
+    fwd = [s for s in head.fwd if s.layer == "head" and s.op is not None and s.op.name == "loss"]
+    bwd = [s for s in head.bwd if s.layer == "head" and s.op is not None and s.op.name == "loss"]
+    assert [(s.alloc_bytes, s.free_bytes) for s in fwd] == [(logits * (4 + temp_bytes), logits * temp_bytes)]
+    assert [(s.alloc_bytes, s.free_bytes) for s in bwd] == [(logits * temp_bytes, logits * (4 + temp_bytes))]
+
+
+def test_unknown_storage_feature_is_a_config_error() -> None:
+    with pytest.raises(Exception, match="loss"):
+        build_model("custom", B, S, features={**LLAMA, "loss": "fp64"}, layers=1, hidden=H, heads=A, vocab=V,
+                    ffn=F)
