@@ -99,3 +99,21 @@ def test_unknown_storage_feature_is_a_config_error() -> None:
     with pytest.raises(Exception, match="loss"):
         build_model("custom", B, S, features={**LLAMA, "loss": "fp64"}, layers=1, hidden=H, heads=A, vocab=V,
                     ffn=F)
+
+
+def test_result_names_each_stages_memory_components_and_the_largest() -> None:
+    """memory_per_stage splits static bytes into parameters, gradients, optimizer states and workspaces: they
+    add up to static_bytes, and `largest` names the biggest of them and the activation peak."""
+    from trainsim.api import simulate
+
+    job = {"model": {"name": "gpt2"}, "cluster": {"name": "pcie-titanxp"},
+           "strategy": {"dp": 4, "pp": 2, "global_batch": 8}}
+    for fidelity in ("event", "analytic"):
+        out = simulate({**job, "simulation": {"fidelity": fidelity}}).to_json()["memory_per_stage"]
+        assert len(out) == 2
+        for st in out:
+            parts = {k: st[f"{k}_bytes"] for k in ("params", "grads", "optimizer", "workspace")}
+            assert sum(parts.values()) == pytest.approx(st["static_bytes"], rel=1e-12)
+            assert parts["optimizer"] == pytest.approx(2 * parts["params"], rel=1e-12)  # fp32: two fp32 moments
+            parts["activations"] = st["activation_peak_bytes"]
+            assert st["largest"] == max(parts, key=lambda k: parts[k])

@@ -37,7 +37,7 @@ from .cost.annotate import FlowBook, annotate, optimizer_time
 from .cost.calibration import load_calibration
 from .cost.comm import CommModel, NcclComm
 from .cost.compute import RooflineCompute
-from .cost.memory import RUNTIME_RESERVED_BYTES, job_precision, static_memory
+from .cost.memory import RUNTIME_RESERVED_BYTES, StaticMemory, job_precision, static_memory
 from .cost.multidim import AnalyticalComm
 from .cost.offload import offload_memory_system
 from .errors import ConfigError
@@ -398,6 +398,12 @@ def simulate_tree(tree: StrategyTree, cluster: str = "dgx-a100", *, nodes: int |
 simulate.__doc__ = _public.simulate.__doc__
 simulate_tree.__doc__ = _public.simulate_tree.__doc__
 
+def _static_parts(st: StaticMemory) -> dict[str, float]:
+    """StageMemory's static components from a stage's StaticMemory."""
+    return {"params_bytes": st.params_bytes, "grads_bytes": st.grads_bytes, "optimizer_bytes": st.optimizer_bytes,
+            "workspace_bytes": st.workspace_bytes}
+
+
 def _job_model(job: JobConfig, batch: int) -> Model:
     """The job's model (built-in or imported Hugging Face config) with `batch` samples per step of one replica."""
     m = job.model
@@ -715,8 +721,8 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     stage_dyn: dict[int, float] = defaultdict(float)
     for c, rc in enumerate(graph.classes):
         stage_dyn[rc.stage] = max(stage_dyn[rc.stage], trace.peak_dynamic_bytes[c])
-    memory = [StageMemory(r, statics[r].total_bytes, stage_dyn[r], statics[r].total_bytes + stage_dyn[r], capacity)
-              for r in sorted(statics)]
+    memory = [StageMemory(r, statics[r].total_bytes, stage_dyn[r], statics[r].total_bytes + stage_dyn[r], capacity,
+                          **_static_parts(statics[r])) for r in sorted(statics)]
     stage_breakdown: list[dict[str, float]] = []
     for r in sorted(statics):
         cls = [c for c, rc in enumerate(graph.classes) if rc.stage == r]
@@ -753,7 +759,8 @@ def _analytic_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
     per_stage = [{k: float(est.breakdown_s[0, r, i]) for i, k in enumerate(BREAKDOWN_KEYS)} for r in ranks]
     breakdown = {k: sum(b[k] for b in per_stage) / len(per_stage) for k in BREAKDOWN_KEYS}
     memory = [StageMemory(r, statics[r].total_bytes, float(est.dynamic_bytes[0, r]),
-                          statics[r].total_bytes + float(est.dynamic_bytes[0, r]), capacity) for r in ranks]
+                          statics[r].total_bytes + float(est.dynamic_bytes[0, r]), capacity,
+                          **_static_parts(statics[r])) for r in ranks]
     mdl = tree.model
     return SimulationResult(
         model=mdl.name, cluster=cl.name, device=cl.device.name, n_gpus=cl.world_size,

@@ -23,11 +23,25 @@ _FIRST_BIT = tuple(next((i for i in range(len(COMM_PRIORITY)) if bits >> i & 1),
 
 @dataclass
 class StageMemory:
+    """One pipeline stage's peak bytes per rank: static (held all iteration) plus the activation peak, with the
+    static part by component (parameters, gradients, optimizer states, library workspaces) so that a user sees
+    which one dominates; the components are 0 where the caller did not give them (they sum to static_bytes)."""
+
     stage: int
     static_bytes: float
     activation_peak_bytes: float
     peak_bytes: float
     capacity_bytes: float
+    params_bytes: float = 0.0
+    grads_bytes: float = 0.0
+    optimizer_bytes: float = 0.0
+    workspace_bytes: float = 0.0
+
+    def components(self) -> dict[str, float]:
+        """Bytes by component, the activation peak included, largest first."""
+        parts = {"params": self.params_bytes, "grads": self.grads_bytes, "optimizer": self.optimizer_bytes,
+                 "workspace": self.workspace_bytes, "activations": self.activation_peak_bytes}
+        return dict(sorted(parts.items(), key=lambda kv: -kv[1]))
 
     @property
     def fits(self) -> bool:
@@ -124,6 +138,9 @@ class SimulationResult:
             "memory_capacity_bytes": self.memory[0].capacity_bytes if self.memory else 0,
             "memory_per_stage": [{"stage": s.stage, "static_bytes": s.static_bytes,
                                   "activation_peak_bytes": s.activation_peak_bytes, "peak_bytes": s.peak_bytes,
+                                  "params_bytes": s.params_bytes, "grads_bytes": s.grads_bytes,
+                                  "optimizer_bytes": s.optimizer_bytes, "workspace_bytes": s.workspace_bytes,
+                                  "largest": next(iter(s.components())),
                                   "fits": s.fits} for s in self.memory],
             "oom": self.oom,
             "breakdown": self.breakdown,
