@@ -239,6 +239,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
             v = cur_mem[c] + held[c]
             if v > peak_mem[c]:
                 peak_mem[c] = v
+            if record_memory and mem_peak[t] > 0.0 and mem_peak[t] > mem_net[t]:  # a transient: its top
+                timeline[c].append((now, v))
         s = stream[t]
         d = dur[t]
         if s == _COMPUTE:

@@ -64,6 +64,19 @@ class ModelSpec(_Strict):
         None, description="fused (Megatron, Transformer Engine or torch.compile kernels; the default) or eager "
         "(PyTorch eager mode: RMSNorm, SwiGLU, rotary embedding and the loss run as chains of element-wise "
         "kernels)")
+    # how the training framework stores tensors for backward (activation memory; workload.zoo.transformer)
+    loss: Literal["upcast", "upcast_twice"] | None = Field(
+        None, description="the cross-entropy's temporaries beside the fp32 softmax it keeps: upcast (one fp32 "
+        "copy of the bf16 logits, worked in place: Megatron; the default) or upcast_twice (a second fp32 tensor: "
+        "nanotron, Megatron's --cross-entropy-loss-fusion, eager F.cross_entropy(logits.float()))")
+    sp_saves: Literal["shard", "gathered"] | None = Field(
+        None, description="under sequence parallelism, the input a column-parallel linear keeps for its weight "
+        "gradient: shard (re-gathered in backward: Megatron; the default) or gathered (the whole all-gathered "
+        "input: nanotron with tp_linear_async_communication false)")
+    glu: Literal["fused", "unfused"] | None = Field(
+        None, description="SwiGLU as one kernel saving its input (fused) or as silu then multiply, which also "
+        "keeps silu's output (unfused: PyTorch eager, nanotron's GLUActivation); default: unfused under "
+        "kernels eager, else fused")
 
 
 _POOL_KEYS: dict[str, tuple[str, ...]] = {

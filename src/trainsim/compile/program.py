@@ -366,13 +366,19 @@ class _Lowerer:
         """(bytes kept from forward, bytes re-materialised by recompute) of one op."""
         kept = recomputed = 0.0
         for t in op.saved:
-            s = {**split, **leaf.saved.get((op.name, t.name), {})}
+            s = split if t.as_used else {**split, **leaf.saved.get((op.name, t.name), {})}
             b = tensor_bytes(op, t.dims, s, self.mesh, t.bytes_per_elem * self.act_scale)
             if recompute == "full" or (recompute == "selective" and t.selective_drop):
                 recomputed += b
             else:
                 kept += b
         return kept, recomputed
+
+    def _transient(self, op: Op, split: Split) -> float:
+        """Bytes of the op's transient tensors (Op.transient) in the op's own layout: its step allocates and
+        frees them, so they count toward the peak but not toward what the step holds afterwards."""
+        return sum(tensor_bytes(op, t.dims, restrict(split, t.dims), self.mesh, t.bytes_per_elem * self.act_scale)
+                   for t in op.transient)
 
     def _collectives(self, steps: list[Step], src: Layout, dims: tuple[str, ...], split: Split,
                      src_bytes: float, layer: str, phase: str, label: str) -> None:
@@ -397,15 +403,22 @@ class _Lowerer:
 
     # -- forward ---------------------------------------------------------------------------------
     def forward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, prev: Tensor | None,
-                      steps: list[Step], phase: str = "fwd", only_selective: bool = False) -> Tensor | None:
-        """Append the layer's forward (or its recompute) and return the output layout and bytes."""
+                      steps: list[Step], phase: str = "fwd", only_selective: bool = False,
+                      checkpoint: Tensor | None = None) -> Tensor | None:
+        """Append the layer's forward (or its recompute) and return the output layout and bytes. `prev`: the
+        input as it arrives (its layout sets the collectives); `checkpoint`: the input as the layer keeps it
+        under full recompute, when that differs (a pipeline hand-off scattered over tp arrives as 1/tp of the
+        tensor but is gathered whole before the layer runs, and the whole one is what the backward frees)."""
         tp = self.templates
-        key = ("fwd", tp.layer_key(layer), tp.leaf_key(leaf), recompute, _tensor_key(prev), phase, only_selective)
+        ck = prev if checkpoint is None else checkpoint
+        key = ("fwd", tp.layer_key(layer), tp.leaf_key(leaf), recompute, _tensor_key(prev), phase, only_selective,
+               _tensor_key(ck))
         return tp.steps(key, layer, steps,
-                        lambda: self._forward_layer(layer, leaf, recompute, prev, steps, phase, only_selective))
+                        lambda: self._forward_layer(layer, leaf, recompute, prev, steps, phase, only_selective, ck))
 
     def _forward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, prev: Tensor | None,
-                       steps: list[Step], phase: str, only_selective: bool) -> Tensor | None:
+                       steps: list[Step], phase: str, only_selective: bool,
+                       checkpoint: Tensor | None) -> Tensor | None:
         outs: dict[str, tuple[Layout, float]] = {}
         producer: dict[str, Op] = {}
         cur, cur_op = prev, None
@@ -431,11 +444,12 @@ class _Lowerer:
             if run:
                 if phase == "fwd":
                     alloc = kept
-                    if recompute == "full" and k == 0 and prev is not None:
-                        alloc += prev[1]  # the layer input is the checkpoint
+                    if recompute == "full" and k == 0 and checkpoint is not None:
+                        alloc += checkpoint[1]  # the layer input is the checkpoint (freed by backward_layer)
                 else:
                     alloc = recomputed
-                steps.append(self._compute(op, split, layer.name, phase, alloc=alloc))
+                temp = self._transient(op, split) if op.transient else 0.0
+                steps.append(self._compute(op, split, layer.name, phase, alloc=alloc + temp, free=temp))
             out = (output_layout(op, split), self._out_bytes(op, split))
             outs[op.name] = out
             producer[op.name] = op
@@ -470,6 +484,7 @@ class _Lowerer:
             free = kept + recomputed
             if recompute == "full" and k == 0 and prev is not None:
                 free += prev[1]
+            temp = self._transient(op, split) if op.transient else 0.0  # the backward's own temporaries
             regather = self._regather(op, leaf, split, layer.name)
             # zero bubble: the weight gradient runs later (W), so the op's output gradient is kept for it
             # (with the saved input, freed by W; Qi et al. 2024, Table 1)
@@ -478,7 +493,7 @@ class _Lowerer:
                 # a saved input stored sharded (sequence parallelism) is gathered again for the weight
                 # gradient while the input-gradient GEMM runs (Korthikanti et al. 2022, section 4.2.2)
                 before = len(steps) - 1
-                dgrad = self._compute(op, split, layer.name, "dgrad", alloc=held)
+                dgrad = self._compute(op, split, layer.name, "dgrad", alloc=held + temp, free=temp)
                 dgrad.deps = (before,) if before >= 0 else ()
                 steps.append(dgrad)
                 for j, r in enumerate(regather):
@@ -487,10 +502,10 @@ class _Lowerer:
                 steps.append(self._compute(op, split, layer.name, "wgrad", free=free + held))
                 steps[-1].deps = (len(steps) - 2 - len(regather), len(steps) - 2)
             elif held > 0 and op.kind in CONTRACTION_KINDS:
-                steps.append(self._compute(op, split, layer.name, "dgrad", alloc=held))
+                steps.append(self._compute(op, split, layer.name, "dgrad", alloc=held + temp, free=temp))
                 steps.append(self._compute(op, split, layer.name, "wgrad", free=free + held))
             else:
-                steps.append(self._compute(op, split, layer.name, "bwd", free=free))
+                steps.append(self._compute(op, split, layer.name, "bwd", alloc=temp, free=free + temp))
             for i in range(1, len(op.inputs)):
                 src_name = op.input_from[i] if i < len(op.input_from) else None
                 if src_name == "@skip":
@@ -522,7 +537,7 @@ class _Lowerer:
         out: list[Step] = []
         for t in op.saved:
             override = leaf.saved.get((op.name, t.name))
-            if not override or op.weight is None:
+            if not override or op.weight is None or t.as_used:
                 continue
             storage = {**split, **override}
             src = Layout(t.dims, restrict(storage, t.dims))
@@ -554,7 +569,7 @@ class _Lowerer:
             ch.layers.append(layer.name)
             inputs.append(prev)  # what the layer keeps / recomputes from: the gathered input
             first[layer.name] = len(ch.fwd)
-            prev = self.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd)
+            prev = self.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd, checkpoint=prev)
             received = None
             params0, grads0, opt0 = ch.params_local, ch.grads_local, ch.optimizer_params_local
             self.grad_sync(layer, node.leaf, ch, tied_here)

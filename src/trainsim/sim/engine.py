@@ -310,6 +310,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                 v = cur_mem[c] + held[c]
                 if v > peak_mem[c]:
                     peak_mem[c] = v
+                if record_memory and mp > 0.0 and mp > mem_net[x]:  # frees some of what it takes (a transient)
+                    timeline[c].append((now, v))
             d = dur[x]
             dem = demand[x]
             if s == _COMPUTE:

@@ -42,6 +42,11 @@ class StageMemory:
         """The reserved peak, never below the allocated one."""
         return max(self.peak_bytes, self.peak_reserved_bytes)
 
+    def components(self) -> dict[str, float]:
+        """Bytes by component (components_bytes, else the static and activation peaks), largest first."""
+        parts = self.components_bytes or {"static": self.static_bytes, "activations": self.activation_peak_bytes}
+        return dict(sorted(parts.items(), key=lambda kv: -kv[1]))
+
     @property
     def fits(self) -> bool:
         """The OOM verdict: the caching allocator's reserved peak within the usable capacity."""
@@ -142,6 +147,7 @@ class SimulationResult:
                                   "activation_peak_bytes": s.activation_peak_bytes, "peak_bytes": s.peak_bytes,
                                   "peak_allocated_bytes": s.peak_bytes, "peak_reserved_bytes": s.reserved_bytes,
                                   "components_bytes": s.components_bytes,
+                                  "largest": next(iter(s.components())),
                                   "fits": s.fits} for s in self.memory],
             "oom": self.oom,
             "breakdown": self.breakdown,

@@ -306,6 +306,23 @@ def _torch_ddp_buckets(row: dict[str, str]) -> bool:
                                                                               settings) is None
 
 
+def _framework_tensors(row: dict[str, str], model: dict[str, Any], sp: bool, notes: dict[str, str]) -> None:
+    """How the row's framework stores tensors for backward (model.loss / sp_saves / glu), where it is not
+    Megatron's (the defaults). nanotron (bench_cluster's Llama): sharded_cross_entropy upcasts with a second
+    fp32 tensor, GLUActivation runs silu then multiply, and the synchronous REDUCE_SCATTER column linear keeps
+    its all-gathered input (tp_linear_async_communication false; the async one keeps the shard)."""
+    framework = " ".join(_cell(row, c) for c in ("source", "source_group")).lower()
+    if "nanotron" not in framework or model.get("mlp") != "swiglu":
+        return
+    model.setdefault("loss", "upcast_twice")
+    model["glu"] = "unfused"
+    said = ["sharded_cross_entropy keeps a second fp32 copy of the logits", "GLUActivation keeps silu's output"]
+    if sp and re.search(r"tp_linear_async_communication\s*=\s*false", _cell(row, "other_settings").lower()):
+        model["sp_saves"] = "gathered"
+        said.append("synchronous column linears keep their all-gathered input")
+    notes["saved_tensors"] = "nanotron: " + "; ".join(said)
+
+
 def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
     """The `optimizer` cell -> simulation keys (optimizer, optimizer_in_backward). Adam, AdamW and LAMB keep two
     moments (adam); 8-bit Adam/AdamW keeps them block-wise quantised (adam_8bit); other optimizers skip. An absent
@@ -694,6 +711,8 @@ _RULES: list[tuple[str, Action]] = [
     (r"transformer-impl\s*=\s*transformer_engine", _ok),
     (r"executors\s*=.*\bsdpa\b.*", _sdpa),
     # architecture flags (Megatron's)
+    # Megatron's fused cross-entropy keeps a second fp32 tensor of the logits (workload.zoo.transformer._head)
+    (r"cross-entropy-loss-fusion(?:\s*=\s*(true))?", _feature("loss", "upcast_twice")),
     (r"swiglu(?:\s*=\s*(true|false))?", _feature("mlp", "swiglu")),
     (r"squared-relu(?:\s*=\s*(true|false))?", _feature("mlp", "relu2")),
     (r"normalization\s*=\s*(rmsnorm|layernorm)", _feature("norm", lambda m: m.group(1))),
@@ -731,7 +750,7 @@ _RULES: list[tuple[str, Action]] = [
     (r"executors\s*=.*", _ok),
     (r"pp comm overlap.*", _ok),  # trainsim overlaps pipeline send/recv with compute
     (r"fused kernels|composer|\d+-batch benchmark runs|deterministic-mode.*|no-gradient-accumulation-fusion.*|"
-     r"calculate-per-token-loss.*|cross-entropy-loss-fusion.*|loss\s*=.*|mock-data.*|pytorch_cuda_alloc_conf.*|"
+     r"calculate-per-token-loss.*|cross-entropy-loss-fusion\s*=\s*false|loss\s*=.*|mock-data.*|pytorch_cuda_alloc_conf.*|"
      r"data backend.*|optimizer_batch_size.*|global batch \d+.*|phase-\d.*|tinystories data|\d+ train steps|"
      r"torch profiler.*|torch \d.*|hf trainer.*|\d+\s*gb/s/gpu rdma|grad_accum\s*=\s*\d+|lbs\(.*|flash_attn.*|"
      r"te_op_fuser.*|delay_wgrad_compute.*|cutedsl.*|kernels\s*=.*|recipe .*|fake balanced gate.*", _ok),
@@ -886,6 +905,7 @@ def _row_job(row: dict[str, str]) -> RowJob:
                                      "gradient_as_bucket_view: its buckets hold a second copy of the gradients")
     if model["name"] != "resnet50":
         model["attention"] = _attention_backend(settings, notes) or _attention(row, notes)
+        _framework_tensors(row, model, sp, notes)
         kv_channels = re.search(r"kv-channels\s*=\s*(\d+)", _cell(row, "other_settings").lower())
         if kv_channels and int(kv_channels.group(1)) * model["heads"] != model["hidden"]:
             raise RowSkip(ARCH_MODELLED, f"kv-channels={kv_channels.group(1)}: head size other than hidden / heads")

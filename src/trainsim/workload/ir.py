@@ -41,6 +41,10 @@ class SavedTensor:
     dims: tuple[str, ...]
     bytes_per_elem: float = 2.0
     selective_drop: bool = False  # dropped (and recomputed) under selective recompute
+    # kept as the op consumes it even where the strategy stores the op's saved tensors sharded (sequence
+    # parallelism): a column-parallel linear that all-gathers its input and lets autograd keep the gathered
+    # tensor (nanotron's synchronous REDUCE_SCATTER mode) instead of re-gathering it for the weight gradient
+    as_used: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,10 @@ class Op:
     flop_dims: tuple[str, ...] | None = None
     flops_per_point: float = 2.0
     saved: tuple[SavedTensor, ...] = ()
+    # tensors alive only while the op's forward (or recompute) and its backward run, beside what it saves: the
+    # op's own step allocates and frees them, so they raise the peak without holding memory across steps
+    # (the bf16 logits and the fp32 copies a cross-entropy makes next to the softmax it keeps)
+    transient: tuple[SavedTensor, ...] = ()
     selective_recompute: bool = False  # attention core: dropped and recomputed under selective
     causal: bool = False
     bytes_per_elem: float = 2.0

@@ -31,7 +31,10 @@ ACT_FLOPS_PER_ELEM = {"gelu": 8.0, "swiglu": 6.0, "relu2": 2.0}  # tanh-GeLU; Si
 MLPS = tuple(ACT_FLOPS_PER_ELEM)
 POSITIONS = ("learned", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
-FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels")
+LOSSES = ("upcast", "upcast_twice")
+SP_SAVES = ("shard", "gathered")
+GLUS = ("fused", "unfused")
+FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -55,6 +58,10 @@ class TransformerConfig:
     dropout: bool = True
     tied_embeddings: bool = True
     kernels: str = "fused"  # fused (Megatron / TE / torch.compile kernels) | eager (PyTorch eager op chains)
+    # How the training framework stores tensors (activation memory; see _head, _mlp_ops, _attention_ops):
+    loss: str = "upcast"  # upcast: one fp32 copy of the logits (Megatron) | upcast_twice: two (nanotron, fused CE)
+    sp_saves: str = "shard"  # shard: SP keeps linear inputs sharded (Megatron) | gathered: whole (nanotron sync)
+    glu: str | None = None  # fused: SwiGLU saves its input only | unfused: also silu's output; None: per kernels
     causal: bool = True
     experts: int = 0  # >0: every layer's MLP is a mixture of experts
     top_k: int = 2
@@ -95,12 +102,26 @@ class TransformerConfig:
         """A gated MLP (SwiGLU): fc1 makes value and gate, 2f features."""
         return self.mlp == "swiglu"
 
+    @property
+    def glu_unfused(self) -> bool:
+        """SwiGLU runs as silu(gate) then a multiply (PyTorch eager, nanotron's GLUActivation), not one kernel."""
+        return self.gated and (self.glu == "unfused" if self.glu is not None else self.kernels == "eager")
+
 
 def _norm(name: str, cfg: TransformerConfig, b: int, s: int) -> Op:
+    """LayerNorm / RMSNorm; a fused kernel saves its bf16 input (and per-row statistics, negligible).
+
+    RMSNorm in PyTorch eager (Llama's, torchtune's and LitGPT's RMSNorm: x.float(), pow(2).mean, rsqrt,
+    x * rsqrt, .type_as(x) or .to(dtype), * weight) leaves autograd two tensors per element: the fp32 copy that
+    pow and x * rsqrt keep (4 bytes) and the bf16 normalised tensor the weight multiply keeps (2 bytes), not the
+    2-byte input. (Casts save nothing; a multiply by a tensor that needs no gradient keeps only the other one.)"""
     dims = {"b": b, "s": s, "h": cfg.hidden}
     params = 2 * cfg.hidden if cfg.norm == "layernorm" else cfg.hidden
+    saved = (SavedTensor("input", ("b", "s", "h")),)
+    if cfg.kernels == "eager" and cfg.norm == "rmsnorm":
+        saved = (SavedTensor("input_fp32", ("b", "s", "h"), 4.0), SavedTensor("normed", ("b", "s", "h"), 2.0))
     return Op(name, OpKind.NORM, dims, (("b", "s", "h"),), ("b", "s", "h"), extra_params=params,
-              flops_per_point=NORM_FLOPS_PER_ELEM, saved=(SavedTensor("input", ("b", "s", "h")),))
+              flops_per_point=NORM_FLOPS_PER_ELEM, saved=saved)
 
 
 def _dropout_add(name: str, cfg: TransformerConfig, b: int, s: int) -> Op:
@@ -117,7 +138,7 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
     ops = [
         Op("qkv", OpKind.MATMUL, {"b": b, "s": s, "h": h, "q": q}, (("b", "s", "h"),), ("b", "s", "q"),
            weight=("q", "h"), extra_params=q if cfg.has_qkv_bias else 0,
-           saved=(SavedTensor("input", ("b", "s", "h")),)),
+           saved=(_linear_input(cfg, ("b", "s", "h")),)),
     ]
     if cfg.position == "rope":
         ops.append(Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "q": q}, (("b", "s", "q"),),
@@ -167,19 +188,34 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
     return ops
 
 
+def _linear_input(cfg: TransformerConfig, dims: tuple[str, ...]) -> SavedTensor:
+    """The input a column-parallel linear (QKV, fc1, LM head) keeps for its weight gradient. Megatron keeps
+    the sequence-parallel shard and all-gathers it again in backward (Korthikanti et al. 2022, section 4.2.2);
+    nanotron's synchronous REDUCE_SCATTER mode (tp_linear_async_communication false) all-gathers the input
+    with a differentiable all-gather and calls F.linear on the whole tensor, which autograd keeps
+    (nanotron/parallel/tensor_parallel/functional.py, column_linear): `sp_saves: gathered`."""
+    return SavedTensor("input", dims, as_used=cfg.sp_saves == "gathered")
+
+
 def _mlp_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     h, f = cfg.hidden, cfg.ffn
     f2 = 2 * f if cfg.gated else f
     act_in = ("b", "s", "f2") if cfg.gated else ("b", "s", "f")
     act_dims = {"b": b, "s": s, "f": f, "f2": f2}
+    act_saved: tuple[SavedTensor, ...] = (SavedTensor("input", act_in),)
+    if cfg.glu_unfused:
+        # silu(gate) * up as two ops: silu keeps its input (the gate), the multiply keeps both its operands, the
+        # bf16 silu output (f per token) besides the up half: PyTorch eager SwiGLU (Llama's, torchtune's, LitGPT's
+        # LLaMAMLP) and nanotron's GLUActivation (self.act(gate_states) * up_states)
+        act_saved += (SavedTensor("silu_out", ("b", "s", "f")),)
     return [
         Op("fc1", OpKind.MATMUL, {"b": b, "s": s, "h": h, "f2": f2} if cfg.gated
            else {"b": b, "s": s, "h": h, "f": f}, (("b", "s", "h"),), act_in,
            weight=(act_in[-1], "h"), extra_params=f2 if cfg.has_mlp_bias else 0,
-           saved=(SavedTensor("input", ("b", "s", "h")),)),
+           saved=(_linear_input(cfg, ("b", "s", "h")),)),
         Op("act", OpKind.ELEMENTWISE, act_dims, (act_in,), ("b", "s", "f"),
            flops_per_point=ACT_FLOPS_PER_ELEM[cfg.mlp],
-           saved=(SavedTensor("input", act_in),)),
+           saved=act_saved),
         Op("fc2", OpKind.MATMUL, {"b": b, "s": s, "f": f, "h": h}, (("b", "s", "f"),), ("b", "s", "h"),
            weight=("h", "f"), extra_params=h if cfg.has_mlp_bias else 0,
            saved=(SavedTensor("input", ("b", "s", "f")),)),
@@ -235,16 +271,35 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
     ops = [
         _norm("final_norm", cfg, b, s),
         Op("lm_head", OpKind.MATMUL, {"b": b, "s": s, "h": h, "v": v}, (("b", "s", "h"),), ("b", "s", "v"),
-           weight=("v", "h"), saved=(SavedTensor("input", ("b", "s", "h")),)),
+           weight=("v", "h"), saved=(_linear_input(cfg, ("b", "s", "h")),)),
         # Megatron's vocab-parallel cross-entropy upcasts the logits to fp32 and makes about five
         # passes over them (cast, max, subtract, exp, sum; the backward: softmax - one-hot, scale,
         # cast back): ~30 bytes per logit forward, twice that backward, not a single 2-byte read.
         Op("loss", OpKind.LOSS, {"b": b, "s": s, "v": v}, (("b", "s", "v"),), ("b", "s"),
            flop_dims=("b", "s", "v"), flops_per_point=4.0, bytes_per_elem=LOSS_BYTES_PER_LOGIT / 2,
-           saved=(SavedTensor("logits", ("b", "s", "v"), 4.0),), bwd_flops_factor=1.0),
+           saved=(SavedTensor("logits", ("b", "s", "v"), 4.0),), bwd_flops_factor=1.0,
+           transient=_loss_temporaries(cfg)),
     ]
     tied = cfg.tied_embeddings
     return Layer("head", "head", ops, tied_to="embedding" if tied else None, tied_op="lm_head" if tied else None)
+
+
+def _loss_temporaries(cfg: TransformerConfig) -> tuple[SavedTensor, ...]:
+    """What the cross-entropy holds at its peak beside the fp32 softmax it saves (4 bytes per logit).
+
+    upcast (Megatron's vocab_parallel_cross_entropy, megatron/core/tensor_parallel/cross_entropy.py): the bf16
+    logits the LM head made stay referenced by the caller while `.float()` makes the fp32 copy, which the loss
+    then works on in place (subtract max, exp into itself, divide) and saves: +2 bytes per logit; the backward
+    turns the saved softmax into the fp32 gradient in place and casts it to a bf16 gradient: 4 + 2 again.
+    upcast_twice: a second fp32 tensor beside the first, +6 bytes: nanotron's sharded_cross_entropy (called
+    with dtype=torch.float: `.to(float)`, then `sharded_logits - logits_max` out of place) and Megatron's
+    fused cross-entropy (--cross-entropy-loss-fusion: its jit-fused functions return exp_logits as a new
+    tensor next to the fp32 copy instead of overwriting it), and PyTorch eager F.cross_entropy(logits.float())
+    (the fp32 copy beside the log_softmax output it saves)."""
+    temps = (SavedTensor("logits_bf16", ("b", "s", "v"), 2.0),)
+    if cfg.loss == "upcast_twice":
+        temps += (SavedTensor("logits_fp32_copy", ("b", "s", "v"), 4.0),)
+    return temps
 
 
 # PyTorch eager (no torch.compile, no fused kernels): an op of the fused model that eager PyTorch runs as a
@@ -272,7 +327,9 @@ def _eager(op: Op, cfg: TransformerConfig) -> Op:
 def _check_features(cfg: TransformerConfig) -> None:
     """mlp / position / norm must be ones the builder knows (a config from Python is not schema-checked)."""
     for key, value, known in (("mlp", cfg.mlp, MLPS), ("position", cfg.position, POSITIONS),
-                              ("norm", cfg.norm, NORMS), ("kernels", cfg.kernels, KERNELS)):
+                              ("norm", cfg.norm, NORMS), ("kernels", cfg.kernels, KERNELS),
+                              ("loss", cfg.loss, LOSSES), ("sp_saves", cfg.sp_saves, SP_SAVES),
+                              ("glu", cfg.glu or "fused", GLUS)):
         if value not in known:
             raise ConfigError(f"model.{key}", f"unknown {key} '{value}' for {cfg.name or 'the model'}",
                               f"use one of {', '.join(known)}")
