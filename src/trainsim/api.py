@@ -33,7 +33,7 @@ from .config import (
     load_yaml,
     parse_job,
 )
-from .cost.allocator import stage_replay
+from .cost.allocator import replay_stages
 from .cost.annotate import FlowBook, annotate, optimizer_time
 from .cost.calibration import load_calibration
 from .cost.comm import CommModel, NcclComm
@@ -694,18 +694,19 @@ def _stage_memory(costed: CostedProgram, statics: dict[int, StaticMemory], dynam
                   capacity: float, sim: SimulationSpec) -> list[StageMemory]:
     """Each stage's allocated peak (statics + the simulation's dynamic peak), its reserved peak (the allocated
     one plus what a replay of the stage through PyTorch's caching allocator holds beyond its own allocated
-    peak: cost.allocator.stage_replay) and its components by kind for the OOM message."""
+    peak: cost.allocator.replay_stages, all ranks in one pass) and its components by kind for the OOM message."""
     program = costed.program
     sched, pp = program.tree.schedule, program.mesh.pp
     by_rank: dict[int, list[Any]] = defaultdict(list)
     for ch in program.chunks:
         by_rank[ch.pp_rank].append(ch)
+    ranks = sorted(statics)
+    replays = replay_stages([(by_rank[r], _static_blocks(by_rank[r], statics[r], costed.precision)) for r in ranks],
+                            sched.kind, pp, sched.n_micro_batch, sched.virtual_stages,
+                            sched.max_ongoing_micro_batch, sim.expandable_segments)
     out = []
-    for r in sorted(statics):
+    for r, est in zip(ranks, replays, strict=True):
         st = statics[r]
-        est = stage_replay(by_rank[r], _static_blocks(by_rank[r], st, costed.precision), sched.kind, pp,
-                           sched.n_micro_batch, sched.virtual_stages, sched.max_ongoing_micro_batch,
-                           sim.expandable_segments)
         allocated = st.total_bytes + dynamic[r]
         parts = {"params": st.params_bytes, "grads": st.grads_bytes, "optimizer_states": st.optimizer_bytes,
                  "activations": dynamic[r], "workspaces": st.workspace_bytes}

@@ -17,13 +17,17 @@ The rules are PyTorch's c10/cuda/CUDACachingAllocator.cpp (pytorch/pytorch, read
 
 The allocated counter counts each block's size as handed out (after rounding and any unsplit remainder),
 which is also what this replay reports as `allocated`.
+
+The replay is exact and cheap (`replay_stages`): units are compiled once per chunk and phase, ranks that run
+the same chunks share the replay of their common order prefix, and a rank stops once what is left provably
+moves neither peak. tests/allocator_reference.py keeps the plain replay this was checked against, to the byte.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 
 from ..compile.program import ChunkProgram
 
@@ -57,45 +61,61 @@ def segment_size(size_bytes: int) -> int:
     return -(-size_bytes // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
 
 
-@dataclass
-class _Block:
-    bid: int
-    size: int
-    small: bool  # its pool
-    offset: int
-    allocated: bool = False
-    prev: _Block | None = field(default=None, repr=False)
-    next: _Block | None = field(default=None, repr=False)
+_KEY_SHIFT = 32
+"""A free block's key in its pool's sorted list: size << 32 | id, so best fit is one bisect on ints and ties
+go to the oldest block, as PyTorch's (size, address) order does in this replay's id order."""
+_ID_MASK = (1 << _KEY_SHIFT) - 1
 
 
 class CachingAllocator:
     """One device's caching allocator on one stream (a replay; not thread-safe, not shared).
 
     `alloc(size)` returns a handle for `free(handle)`; `allocated_bytes` / `reserved_bytes` are the counters
-    now, `peak_allocated_bytes` / `peak_reserved_bytes` their high-water marks."""
+    now, `peak_allocated_bytes` / `peak_reserved_bytes` their high-water marks. Blocks live in flat lists
+    indexed by id (ids are never reused, in creation order); `copy()` forks the state and `run(ops, handles)`
+    replays a compiled unit (see `_Program`)."""
 
     def __init__(self, expandable_segments: bool = False) -> None:
         self.expandable = expandable_segments
-        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}  # small? -> (size, id, 0)
-        self._blocks: dict[int, _Block] = {}
-        self._tail: dict[bool, _Block | None] = {True: None, False: None}  # expandable: each pool's last block
-        self._ids = itertools.count()
+        self._size: list[int] = []
+        self._offset: list[int] = []
+        self._prev: list[int] = []  # -1: none
+        self._next: list[int] = []
+        self._used: list[bool] = []
+        self._small: list[bool] = []
+        self._free: tuple[list[int], list[int]] = ([], [])  # [small] -> sorted keys (size << 32 | id)
+        self._tail = [-1, -1]  # expandable: [small] -> the pool's last block
         self.allocated_bytes = 0
         self.reserved_bytes = 0
         self.peak_allocated_bytes = 0
         self.peak_reserved_bytes = 0
 
-    def _insert_free(self, small: bool, bid: int) -> None:
-        bisect.insort(self._free[small], (self._blocks[bid].size, bid, 0))
+    def copy(self) -> CachingAllocator:
+        """An independent allocator in the same state."""
+        c = CachingAllocator.__new__(CachingAllocator)
+        c.expandable = self.expandable
+        c._size, c._offset, c._prev, c._next = self._size[:], self._offset[:], self._prev[:], self._next[:]
+        c._used, c._small = self._used[:], self._small[:]
+        c._free = (self._free[0][:], self._free[1][:])
+        c._tail = self._tail[:]
+        c.allocated_bytes, c.reserved_bytes = self.allocated_bytes, self.reserved_bytes
+        c.peak_allocated_bytes, c.peak_reserved_bytes = self.peak_allocated_bytes, self.peak_reserved_bytes
+        return c
 
-    def _remove_free(self, small: bool, bid: int) -> None:
+    def largest_free(self, small: bool) -> int:
+        """The largest cached free block of a pool (bytes; 0 when none)."""
         lst = self._free[small]
-        i = bisect.bisect_left(lst, (self._blocks[bid].size, bid, 0))
-        del lst[i]
+        return lst[-1] >> _KEY_SHIFT if lst else 0
 
-    def _new_block(self, size: int, small: bool, offset: int) -> int:
-        bid = next(self._ids)
-        self._blocks[bid] = _Block(bid, size, small, offset)
+    def _new_block(self, size: int, small: bool, offset: int, prev: int, nxt: int) -> int:
+        bid = len(self._size)
+        assert bid <= _ID_MASK
+        self._size.append(size)
+        self._offset.append(offset)
+        self._prev.append(prev)
+        self._next.append(nxt)
+        self._used.append(False)
+        self._small.append(small)
         return bid
 
     def _grow(self, small: bool, size: int) -> int:
@@ -104,87 +124,149 @@ class CachingAllocator:
         if not self.expandable:
             seg = segment_size(size)
             self.reserved_bytes += seg
-            bid = self._new_block(seg, small, 0)
-            self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
-            return bid
+            if self.reserved_bytes > self.peak_reserved_bytes:
+                self.peak_reserved_bytes = self.reserved_bytes
+            return self._new_block(seg, small, 0, -1, -1)
         page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
         tail = self._tail[small]
-        have = tail.size if tail is not None and not tail.allocated else 0
+        have = self._size[tail] if tail >= 0 and not self._used[tail] else 0
         grow = -(-(size - have) // page) * page
         self.reserved_bytes += grow
-        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+        if self.reserved_bytes > self.peak_reserved_bytes:
+            self.peak_reserved_bytes = self.reserved_bytes
         if have:
-            assert tail is not None
-            self._remove_free(small, tail.bid)
-            tail.size += grow
-            return tail.bid
-        offset = tail.offset + tail.size if tail is not None else 0
-        bid = self._new_block(grow, small, offset)
-        blk = self._blocks[bid]
-        blk.prev = tail
-        if tail is not None:
-            tail.next = blk
-        self._tail[small] = blk
+            lst = self._free[small]
+            del lst[bisect.bisect_left(lst, have << _KEY_SHIFT | tail)]
+            self._size[tail] += grow
+            return tail
+        offset = self._offset[tail] + self._size[tail] if tail >= 0 else 0
+        bid = self._new_block(grow, small, offset, tail, -1)
+        if tail >= 0:
+            self._next[tail] = bid
+        self._tail[small] = bid
+        return bid
+
+    def _alloc_rounded(self, size: int) -> int:
+        """Hand out a block for a request already rounded (`round_size`); its handle."""
+        small = size <= SMALL_SIZE_BYTES
+        lst = self._free[small]
+        i = bisect.bisect_left(lst, size << _KEY_SHIFT)
+        bid = lst.pop(i) & _ID_MASK if i < len(lst) else self._grow(small, size)
+        sizes = self._size
+        have = sizes[bid]
+        rest = have - size
+        if rest >= MIN_BLOCK_BYTES if (small or self.expandable) else rest > SMALL_SIZE_BYTES:
+            nxt = self._next[bid]
+            rid = self._new_block(rest, small, self._offset[bid] + size, bid, nxt)
+            if nxt >= 0:
+                self._prev[nxt] = rid
+            self._next[bid] = rid
+            sizes[bid] = have = size
+            if self._tail[small] == bid:
+                self._tail[small] = rid
+            bisect.insort(lst, rest << _KEY_SHIFT | rid)
+        self._used[bid] = True
+        self.allocated_bytes += have
+        if self.allocated_bytes > self.peak_allocated_bytes:
+            self.peak_allocated_bytes = self.allocated_bytes
         return bid
 
     def alloc(self, size_bytes: float) -> int:
         """Hand out a block for a request of `size_bytes`; its handle."""
-        size = round_size(int(-(-size_bytes // 1)))
-        small = size <= SMALL_SIZE_BYTES
-        lst = self._free[small]
-        i = bisect.bisect_left(lst, (size, -1, 0))
-        if i < len(lst):
-            bid = lst[i][1]
-            del lst[i]
-        else:
-            bid = self._grow(small, size)
-        blk = self._blocks[bid]
-        rest = blk.size - size
-        if rest >= MIN_BLOCK_BYTES if (small or self.expandable) else rest > SMALL_SIZE_BYTES:
-            rid = self._new_block(rest, small, blk.offset + size)
-            rb = self._blocks[rid]
-            rb.prev, rb.next = blk, blk.next
-            if blk.next is not None:
-                blk.next.prev = rb
-            blk.next = rb
-            blk.size = size
-            if self._tail[small] is blk:
-                self._tail[small] = rb
-            self._insert_free(small, rid)
-        blk.allocated = True
-        self.allocated_bytes += blk.size
-        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
-        return bid
+        return self._alloc_rounded(round_size(int(-(-size_bytes // 1))))
 
     def free(self, handle: int) -> None:
         """Return a block to the cache, merged with its free neighbours in the same segment."""
-        blk = self._blocks[handle]
-        small = blk.small
-        self.allocated_bytes -= blk.size
-        blk.allocated = False
-        for nb in (blk.prev, blk.next):
-            if nb is None or nb.allocated:
+        sizes, prev, nxt, used = self._size, self._prev, self._next, self._used
+        small = self._small[handle]
+        lst = self._free[small]
+        tail = self._tail
+        self.allocated_bytes -= sizes[handle]
+        used[handle] = False
+        p = prev[handle]
+        if p >= 0 and not used[p]:
+            del lst[bisect.bisect_left(lst, sizes[p] << _KEY_SHIFT | p)]
+            sizes[p] += sizes[handle]
+            n = nxt[p] = nxt[handle]
+            if n >= 0:
+                prev[n] = p
+            if tail[small] == handle:
+                tail[small] = p
+            handle = p
+        n = nxt[handle]
+        if n >= 0 and not used[n]:
+            del lst[bisect.bisect_left(lst, sizes[n] << _KEY_SHIFT | n)]
+            sizes[handle] += sizes[n]
+            nn = nxt[handle] = nxt[n]
+            if nn >= 0:
+                prev[nn] = handle
+            if tail[small] == n:
+                tail[small] = handle
+        bisect.insort(lst, sizes[handle] << _KEY_SHIFT | handle)
+
+    def run(self, ops: tuple[int, ...] | list[int], handles: list[int]) -> None:
+        """Replay a compiled unit: op >= 0 allocates that many (rounded) bytes and appends the handle to
+        `handles`; op < 0 frees handles[~op]. `_alloc_rounded` and `free` inlined (the replay's hot loop)."""
+        sizes, offset, prev, nxt, used, smalls = self._size, self._offset, self._prev, self._next, self._used, self._small
+        free_lists, tails, expandable, grow = self._free, self._tail, self.expandable, self._grow
+        bisect_left, insort, append = bisect.bisect_left, bisect.insort, handles.append
+        allocated, peak = self.allocated_bytes, self.peak_allocated_bytes
+        for op in ops:
+            if op >= 0:
+                small = op <= SMALL_SIZE_BYTES
+                lst = free_lists[small]
+                i = bisect_left(lst, op << _KEY_SHIFT)
+                bid = lst.pop(i) & _ID_MASK if i < len(lst) else grow(small, op)
+                have = sizes[bid]
+                rest = have - op
+                if rest >= MIN_BLOCK_BYTES if (small or expandable) else rest > SMALL_SIZE_BYTES:
+                    n = nxt[bid]
+                    rid = len(sizes)
+                    sizes.append(rest)
+                    offset.append(offset[bid] + op)
+                    prev.append(bid)
+                    nxt.append(n)
+                    used.append(False)
+                    smalls.append(small)
+                    if n >= 0:
+                        prev[n] = rid
+                    nxt[bid] = rid
+                    sizes[bid] = have = op
+                    if tails[small] == bid:
+                        tails[small] = rid
+                    insort(lst, rest << _KEY_SHIFT | rid)
+                used[bid] = True
+                allocated += have
+                if allocated > peak:
+                    peak = allocated
+                append(bid)
                 continue
-            nid = nb.bid
-            self._remove_free(small, nid)
-            if nb is blk.prev:
-                nb.size += blk.size
-                nb.next = blk.next
-                if blk.next is not None:
-                    blk.next.prev = nb
-                if self._tail[small] is blk:
-                    self._tail[small] = nb
-                del self._blocks[handle]
-                handle, blk = nid, nb
-            else:
-                blk.size += nb.size
-                blk.next = nb.next
-                if nb.next is not None:
-                    nb.next.prev = blk
-                if self._tail[small] is nb:
-                    self._tail[small] = blk
-                del self._blocks[nid]
-        self._insert_free(small, handle)
+            h = handles[~op]
+            small = smalls[h]
+            lst = free_lists[small]
+            allocated -= sizes[h]
+            used[h] = False
+            p = prev[h]
+            if p >= 0 and not used[p]:
+                del lst[bisect_left(lst, sizes[p] << _KEY_SHIFT | p)]
+                sizes[p] += sizes[h]
+                n = nxt[p] = nxt[h]
+                if n >= 0:
+                    prev[n] = p
+                if tails[small] == h:
+                    tails[small] = p
+                h = p
+            n = nxt[h]
+            if n >= 0 and not used[n]:
+                del lst[bisect_left(lst, sizes[n] << _KEY_SHIFT | n)]
+                sizes[h] += sizes[n]
+                nn = nxt[h] = nxt[n]
+                if nn >= 0:
+                    prev[nn] = h
+                if tails[small] == n:
+                    tails[small] = h
+            insort(lst, sizes[h] << _KEY_SHIFT | h)
+        self.allocated_bytes, self.peak_allocated_bytes = allocated, peak
 
 
 @dataclass(frozen=True)
@@ -229,29 +311,210 @@ def _unit_order(kind: str, pp: int, m: int, rank: int, vpp: int, max_ongoing: in
     return schedule_order("1f1b", pp, m_eff, rank, max_ongoing=max_ongoing if kind == "1f1b" else None)
 
 
-class _Live:
-    """The blocks one (micro-batch, chunk) holds, freed by amount: the most recent block of the freed size
-    when there is one (a gathered weight, a saved tensor freed by its own backward), else last in first out."""
+_STEP = attrgetter("alloc_bytes", "free_bytes", "phase")
+"""What of a compile.program Step the replay reads."""
 
-    def __init__(self, alloc: CachingAllocator) -> None:
-        self.alloc = alloc
-        self.stack: list[tuple[int, int]] = []  # (handle, bytes) in allocation order
 
-    def push(self, size_bytes: float) -> None:
-        if size_bytes > 0:
-            self.stack.append((self.alloc.alloc(size_bytes), int(size_bytes)))
+@dataclass(frozen=True)
+class _Program:
+    """One phase (F, B or W) of one (micro-batch, chunk) unit, compiled to allocator ops: `ops[i] >= 0`
+    allocates that many rounded bytes into the unit's next slot, `~ops[i]` frees a slot (the handle list the
+    unit fills as it allocates). `contained`: every slot it allocates it also frees; then, whatever the
+    allocator's state, it needs no new segment when a pool's largest free block holds `need[small]` (the sum
+    of its requests there, each with the unsplit remainder it may be handed), and it raises the allocated
+    counter by at most `rise` above where it starts (see `_Replay.finish`)."""
 
-    def release(self, size_bytes: float) -> None:
-        debt = float(size_bytes)
-        while debt > 0 and self.stack:
-            idx = next((i for i in range(len(self.stack) - 1, -1, -1)
-                        if abs(self.stack[i][1] - debt) <= 1e-3 * debt + 1), len(self.stack) - 1)
-            handle, size = self.stack[idx]
-            if size > 2 * debt:  # the rest of a block's bytes stay live until a later free covers them
-                return
-            del self.stack[idx]
-            self.alloc.free(handle)
+    ops: tuple[int, ...]
+    contained: bool
+    need: tuple[int, int]  # [small] -> bytes
+    rise: int
+
+
+def _compile(steps: list[tuple[float, float, str]], stack: list[tuple[int, int]], slot_bytes: list[int],
+             expandable: bool) -> _Program:
+    """The ops of `steps` run by a unit that holds `stack` ((slot, bytes) in allocation order; updated) with
+    slots of `slot_bytes` rounded bytes (extended): the replay's first `_Live` rule, played once per chunk
+    and phase instead of once per unit. A step's `alloc_bytes` is one tensor; its `free_bytes` are released
+    from what the unit holds: the most recent block of the freed size when there is one (a gathered weight,
+    a saved tensor freed by its own backward), else last in first out; a block more than twice the rest of
+    the debt stays live (its bytes are freed by a later step)."""
+    ops: list[int] = []
+    mine: set[int] = set()
+    need = [0, 0]
+    bound: dict[int, int] = {}  # slot allocated here -> the bytes it may be handed
+    level = rise = 0
+    for alloc_bytes, free_bytes, _ in steps:
+        if alloc_bytes > 0:
+            size = round_size(int(-(-alloc_bytes // 1)))
+            slot = len(slot_bytes)
+            slot_bytes.append(size)
+            small = size <= SMALL_SIZE_BYTES
+            bound[slot] = size + (0 if small or expandable else SMALL_SIZE_BYTES)
+            need[small] += bound[slot]
+            level += bound[slot]
+            rise = max(rise, level)
+            mine.add(slot)
+            ops.append(size)
+            stack.append((slot, int(alloc_bytes)))
+        debt = float(free_bytes)
+        while debt > 0 and stack:
+            idx = next((i for i in range(len(stack) - 1, -1, -1)
+                        if abs(stack[i][1] - debt) <= 1e-3 * debt + 1), len(stack) - 1)
+            slot, size = stack[idx]
+            if size > 2 * debt:
+                break
+            del stack[idx]
+            ops.append(~slot)
+            if slot in mine:
+                mine.discard(slot)
+                level -= bound[slot]
+            else:
+                level -= slot_bytes[slot]  # handed at least its rounded request
             debt -= size
+    return _Program(tuple(ops), not mine, (need[0], need[1]), rise)
+
+
+def _unit_steps(chunk: ChunkProgram, kind: str, schedule_kind: str) -> list[tuple[float, float, str]]:
+    """The steps a unit of `kind` (F, B, W) of `chunk` runs: B without the weight gradients under zb-h1."""
+    if kind == "F":
+        return list(map(_STEP, chunk.fwd))
+    bwd = list(map(_STEP, chunk.bwd))
+    if kind == "W":
+        return [s for s in bwd if s[2] == "wgrad"]
+    return [s for s in bwd if s[2] != "wgrad"] if schedule_kind == "zb-h1" else bwd
+
+
+class _Replay:
+    """The compiled units of one `replay_stages` call: chunks with the same allocation steps share their
+    programs, so stages that run the same chunks replay the same events while their orders agree."""
+
+    def __init__(self, schedule_kind: str, expandable: bool) -> None:
+        self.schedule_kind = schedule_kind
+        self.expandable = expandable
+        self._sigs: dict[tuple[tuple[tuple[float, float, str], ...], ...], int] = {}
+        self._chunks: list[ChunkProgram] = []
+        self._of_chunk: dict[int, int] = {}  # id(chunk) -> signature (the chunks outlive the call)
+        # (chunk signature, phases so far) -> (program of the last, unit stack after, slot bytes after)
+        self._units: dict[tuple[int, tuple[str, ...]], tuple[_Program | None, list[tuple[int, int]], list[int]]] = {}
+
+    def signature(self, chunk: ChunkProgram) -> int:
+        """A small id shared by chunks whose steps allocate and free alike."""
+        if id(chunk) in self._of_chunk:
+            return self._of_chunk[id(chunk)]
+        key = (tuple(map(_STEP, chunk.fwd)), tuple(map(_STEP, chunk.bwd)))
+        sid = self._sigs.setdefault(key, len(self._sigs))
+        if sid == len(self._chunks):
+            self._chunks.append(chunk)
+        self._of_chunk[id(chunk)] = sid
+        return sid
+
+    def program(self, sid: int, phases: tuple[str, ...]) -> _Program:
+        """The program of a unit of chunk `sid` whose phases so far, this one last, are `phases`."""
+        got = self._units.get((sid, phases))
+        if got is None:
+            prev = self._units.get((sid, phases[:-1])) if len(phases) > 1 else None
+            if len(phases) > 1 and prev is None:
+                self.program(sid, phases[:-1])
+                prev = self._units[(sid, phases[:-1])]
+            stack, slots = (prev[1][:], prev[2][:]) if prev is not None else ([], [])
+            prog = _compile(_unit_steps(self._chunks[sid], phases[-1], self.schedule_kind), stack, slots,
+                            self.expandable)
+            got = self._units[(sid, phases)] = (prog, stack, slots)
+        assert got[0] is not None
+        return got[0]
+
+    def plan(self, chunks: list[ChunkProgram], order: list[tuple[str, int, int]]
+             ) -> list[tuple[tuple[int, int], _Program]]:
+        """A rank's order as (unit, program) pairs."""
+        by_v = {c.vchunk: self.signature(c) for c in chunks}
+        default = self.signature(chunks[0])
+        phases: dict[tuple[int, int], tuple[str, ...]] = {}
+        out = []
+        for kind, mb, v in order:
+            unit = (mb, v)
+            ph = phases[unit] = phases.get(unit, ()) + (kind,)
+            out.append((unit, self.program(by_v.get(v, default), ph)))
+        return out
+
+    def descend(self, a: CachingAllocator, units: dict[tuple[int, int], list[int]], stages: list[int],
+                plans: list[list[tuple[tuple[int, int], _Program]]], pos: int, out: list[ReservedEstimate | None]
+                ) -> None:
+        """Replay `stages` (same static blocks; `plans` agree up to `pos`, replayed into `a`/`units`) along
+        their common order, forking the allocator where their orders part."""
+        while len(stages) > 1:
+            groups: dict[object, list[int]] = {}
+            for s in stages:
+                groups.setdefault(plans[s][pos] if pos < len(plans[s]) else None, []).append(s)
+            for s in groups.pop(None, []):
+                out[s] = ReservedEstimate(float(a.peak_allocated_bytes), float(a.peak_reserved_bytes))
+            if not groups:
+                return
+            if len(groups) == 1:
+                ((unit, prog), stages), = groups.items()  # type: ignore[misc]
+                a.run(prog.ops, units.setdefault(unit, []))
+                pos += 1
+                continue
+            *forks, stages = groups.values()
+            for sts in forks:
+                self.descend(a.copy(), {u: h[:] for u, h in units.items()}, sts, plans, pos, out)
+        if stages:
+            out[stages[0]] = self.finish(a, units, plans[stages[0]], pos)
+
+    @staticmethod
+    def finish(a: CachingAllocator, units: dict[tuple[int, int], list[int]],
+               plan: list[tuple[tuple[int, int], _Program]], pos: int) -> ReservedEstimate:
+        """Replay `plan[pos:]` and read the peaks, stopping early (exactly) once only contained units are left
+        and they provably move neither peak: each starts with at most the allocated bytes of the one before
+        (a contained unit frees all it allocates), so `allocated + rise` bounds the counter; and a free block
+        of `need` bytes in each pool serves all its requests: they are carved from the block's front, so its
+        free end shrinks by at most what is handed out (frees only merge into it), and when the unit ends the
+        block is whole again (what it took is all freed and merged back)."""
+        start = len(plan)
+        while start > pos and plan[start - 1][1].contained:
+            start -= 1
+        rise, need_small, need_large = [0] * (len(plan) + 1), [0] * (len(plan) + 1), [0] * (len(plan) + 1)
+        for i in range(len(plan) - 1, start - 1, -1):
+            prog = plan[i][1]
+            rise[i] = max(rise[i + 1], prog.rise)
+            need_small[i] = max(need_small[i + 1], prog.need[1])
+            need_large[i] = max(need_large[i + 1], prog.need[0])
+        for i in range(pos, len(plan)):
+            if (i >= start and a.allocated_bytes + rise[i] <= a.peak_allocated_bytes
+                    and need_small[i] <= a.largest_free(True) and need_large[i] <= a.largest_free(False)):
+                break
+            unit, prog = plan[i]
+            a.run(prog.ops, units.setdefault(unit, []))
+        return ReservedEstimate(float(a.peak_allocated_bytes), float(a.peak_reserved_bytes))
+
+
+def replay_stages(stages: list[tuple[list[ChunkProgram], list[float]]], schedule_kind: str, pp: int,
+                  n_micro_batch: int, vpp: int = 1, max_ongoing: int | None = None,
+                  expandable_segments: bool = False) -> list[ReservedEstimate]:
+    """`stage_replay` of each (chunks, static blocks) pipeline rank, in one pass: the same answers, byte for
+    byte, for a fraction of the work.
+
+    - Each chunk's forward and backward are compiled once to allocator ops (`_compile`: the `_Live` rule
+      that picks which block a step frees does not depend on the allocator, so it is played once per chunk
+      and phase, not per micro-batch), and chunks with the same steps share them.
+    - Ranks with the same static blocks and chunk programs (the middle stages of a transformer) replay the
+      same events as long as their orders agree (1F1B: the warm-up forwards of the shallower rank), so
+      they are replayed once and the allocator is copied where the orders part.
+    - A rank stops once what is left is backwards that free all they allocate and provably move neither
+      peak (`_Replay.finish`: 1F1B's cool-down), exact by the bound there.
+    """
+    r = _Replay(schedule_kind, expandable_segments)
+    plans = [r.plan(chunks, _unit_order(schedule_kind, pp, n_micro_batch, chunks[0].pp_rank, vpp, max_ongoing))
+             for chunks, _ in stages]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (_, static) in enumerate(stages):
+        groups.setdefault(tuple(round_size(int(-(-b // 1))) for b in static if b > 0), []).append(i)
+    out: list[ReservedEstimate | None] = [None] * len(stages)
+    for static_ops, members in groups.items():
+        a = CachingAllocator(expandable_segments)
+        a.run(static_ops, [])
+        r.descend(a, {}, members, plans, 0, out)
+    assert all(e is not None for e in out)
+    return [e for e in out if e is not None]
 
 
 def stage_replay(chunks: list[ChunkProgram], static_blocks_bytes: list[float], schedule_kind: str, pp: int,
@@ -262,26 +525,8 @@ def stage_replay(chunks: list[ChunkProgram], static_blocks_bytes: list[float], s
     forward and backward step's allocation and free of the chunks it runs, in its schedule's order.
 
     Each step's `alloc_bytes` is taken as one tensor and its `free_bytes` released from what the same
-    micro-batch and chunk holds (`_Live`): the step granularity of compile.program, coarser than PyTorch's
-    per-tensor requests, so the overhead it finds is a step-level estimate."""
-    a = CachingAllocator(expandable_segments)
-    for b in static_blocks_bytes:
-        if b > 0:
-            a.alloc(b)
-    rank = chunks[0].pp_rank
-    by_v = {c.vchunk: c for c in chunks}
-    live: dict[tuple[int, int], _Live] = {}
-    for kind, mb, v in _unit_order(schedule_kind, pp, n_micro_batch, rank, vpp, max_ongoing):
-        ch = by_v.get(v, chunks[0])
-        unit = live.setdefault((mb, v), _Live(a))
-        if kind == "F":
-            steps = ch.fwd
-        elif kind == "W":
-            steps = [s for s in ch.bwd if s.phase == "wgrad"]
-        else:
-            steps = [s for s in ch.bwd if s.phase != "wgrad"] if schedule_kind == "zb-h1" else ch.bwd
-        for s in steps:
-            unit.push(s.alloc_bytes)
-            if s.free_bytes > 0:
-                unit.release(s.free_bytes)
-    return ReservedEstimate(float(a.peak_allocated_bytes), float(a.peak_reserved_bytes))
+    micro-batch and chunk holds (`_compile`): the step granularity of compile.program, coarser than PyTorch's
+    per-tensor requests, so the overhead it finds is a step-level estimate. Several ranks at once:
+    `replay_stages`."""
+    return replay_stages([(chunks, static_blocks_bytes)], schedule_kind, pp, n_micro_batch, vpp, max_ongoing,
+                         expandable_segments)[0]

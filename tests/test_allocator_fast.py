@@ -1,0 +1,116 @@
+"""The fast caching-allocator replay (cost.allocator.replay_stages: compiled units, stages sharing their common
+order, the cool-down cut short) against the reference replay it replaced (tests/allocator_reference.py), to
+the byte, on random jobs: schedules 1f1b / interleaved / gpipe / zb-h1, recompute modes, ZeRO stages,
+expandable_segments on and off."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import allocator_reference as ref
+import pytest
+
+from trainsim import api
+from trainsim.config import DEFAULT_JOB, parse_job
+from trainsim.cost.allocator import CachingAllocator, replay_stages, stage_replay
+from trainsim.errors import ConfigError
+
+MODELS = ("gpt2", "gpt3-350m", "gpt3-1.3b", "gpt2-medium")
+
+
+def _random_job(rng: random.Random) -> dict[str, Any]:
+    schedule = rng.choice(("1f1b", "interleaved", "gpipe", "zb-h1"))
+    pp = rng.choice((2, 4, 6, 8, 12)) if schedule != "interleaved" else rng.choice((2, 4))
+    tp = rng.choice((1, 2, 4))
+    strategy: dict[str, Any] = {
+        "tp": tp, "pp": pp, "dp": rng.choice((1, 2)), "micro_batch": rng.choice((1, 2)),
+        "sequence_parallel": tp > 1 and rng.random() < 0.5,
+        "recompute": rng.choice(("none", "selective", "full")), "zero": rng.choice((0, 1, 2, 3)),
+        "schedule": schedule}
+    strategy["global_batch"] = strategy["dp"] * strategy["micro_batch"] * rng.choice((pp, 2 * pp, 3 * pp + 1))
+    if schedule == "interleaved":
+        strategy["vpp"] = 2
+        strategy["global_batch"] = strategy["dp"] * strategy["micro_batch"] * pp * rng.choice((1, 2, 3))
+    if schedule == "1f1b" and rng.random() < 0.3:
+        strategy["max_ongoing_micro_batch"] = rng.choice((1, 2, 3))
+    world = strategy["tp"] * pp * strategy["dp"]
+    return {"model": {"name": rng.choice(MODELS), "seq_len": rng.choice((512, 1024))},
+            "cluster": {"name": "dgx-a100", "nodes": max(1, world // 8)} if world >= 8 else
+            {"name": "dgx-a100", "nodes": 1, "gpus_per_node": world},
+            "strategy": strategy, "simulation": {"expandable_segments": rng.random() < 0.5}}
+
+
+def _stages(data: dict[str, Any]) -> tuple[list[tuple[list[Any], list[float]]], Any, bool] | None:
+    """The (chunks, static blocks) of each rank of a job, its schedule and its expandable setting."""
+    try:
+        job = parse_job(data)
+        cl, _, tree = api.job_tree(job)
+        costed = api.costed_program(tree, cl, job.simulation, job.cluster.remote_memory)
+    except (ConfigError, ValueError):
+        return None
+    statics, _ = api._stage_terms(costed, cl)
+    by_rank: dict[int, list[Any]] = {}
+    for ch in costed.program.chunks:
+        by_rank.setdefault(ch.pp_rank, []).append(ch)
+    stages = [(by_rank[r], api._static_blocks(by_rank[r], statics[r], costed.precision)) for r in sorted(statics)]
+    return stages, costed.program.tree.schedule, job.simulation.expandable_segments
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fast_replay_matches_the_reference_to_the_byte(seed: int) -> None:
+    rng = random.Random(seed)
+    got = None
+    while got is None:
+        got = _stages(_random_job(rng))
+    stages, sched, expandable = got
+    args = (sched.kind, len(stages), sched.n_micro_batch, sched.virtual_stages, sched.max_ongoing_micro_batch,
+            expandable)
+    fast = replay_stages(stages, *args)
+    slow = [ref.stage_replay(chunks, static, *args) for chunks, static in stages]
+    assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
+           [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]
+    one = stage_replay(*stages[-1], *args)
+    assert (one.peak_allocated_bytes, one.peak_reserved_bytes) == \
+           (slow[-1].peak_allocated_bytes, slow[-1].peak_reserved_bytes)
+
+
+def test_default_job_stages_match_the_reference() -> None:
+    got = _stages(copy.deepcopy(DEFAULT_JOB))
+    assert got is not None
+    stages, sched, expandable = got
+    for exp in (expandable, not expandable):
+        args = (sched.kind, len(stages), sched.n_micro_batch, sched.virtual_stages,
+                sched.max_ongoing_micro_batch, exp)
+        fast = replay_stages(stages, *args)
+        slow = [ref.stage_replay(chunks, static, *args) for chunks, static in stages]
+        assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
+               [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]
+
+
+@pytest.mark.parametrize("expandable", [False, True])
+def test_allocator_matches_the_reference_on_random_events(expandable: bool) -> None:
+    rng = random.Random(7)
+    for _ in range(30):
+        events: list[tuple[str, float | int]] = []
+        live: list[int] = []
+        for i in range(300):
+            if live and rng.random() < 0.45:
+                events.append(("free", live.pop(rng.randrange(len(live)))))
+            else:
+                size = rng.choice((rng.randrange(1, 1 << 20), rng.randrange(1 << 20, 12 << 20),
+                                   rng.randrange(10 << 20, 64 << 20), 2 << 20, 6 << 20))
+                events.append(("alloc", size))
+                live.append(i)
+        a, b = CachingAllocator(expandable), ref.CachingAllocator(expandable)
+        ha: dict[int, int] = {}
+        hb: dict[int, int] = {}
+        for i, (kind, value) in enumerate(events):
+            if kind == "alloc":
+                ha[i], hb[i] = a.alloc(float(value)), b.alloc(float(value))
+            else:
+                a.free(ha.pop(int(value)))
+                b.free(hb.pop(int(value)))
+            assert (a.allocated_bytes, a.reserved_bytes) == (b.allocated_bytes, b.reserved_bytes)
+        assert (a.peak_allocated_bytes, a.peak_reserved_bytes) == (b.peak_allocated_bytes, b.peak_reserved_bytes)
