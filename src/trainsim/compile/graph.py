@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Protocol
@@ -158,6 +158,10 @@ class _Flow:
     classes: tuple[int, ...]
     task: int = -1
 
+
+# build_graph adds the common schedule item as a bulk copy of its chunk-phase's block; off (tests): every item
+# task by task, the reference the copies are checked against
+_COPY_ITEMS = True
 
 # the columns a copy of a template row takes as they are (ExecutionGraph.add_copies)
 _TEMPLATE_COLUMNS = ("kind", "stream", "category", "duration_s", "participants", "mem_peak_bytes", "mem_net_bytes",
@@ -342,12 +346,13 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
     i = 0
     while i < len(steps):
         a = steps[i]
+        fork = a.deps is not None and len(a.deps) == 1 and a.kind == "compute" and i + 1 < len(steps)
         k = i + 2  # steps[i + 1] (the first collective) carries the fork's explicit deps
-        while k < len(steps) and steps[k].deps is None and steps[k].stream in streams and steps[k].kind == "collective":
+        while fork and k < len(steps) and steps[k].deps is None and steps[k].stream in streams \
+                and steps[k].kind == "collective":
             k += 1
         c = steps[k] if k < len(steps) else None
-        fork = (a.kind == "compute" and a.deps is not None and len(a.deps) == 1 and i + 1 < len(steps)
-                and c is not None and steps[i + 1].kind == "collective"
+        fork = (fork and c is not None and steps[i + 1].kind == "collective"
                 and steps[i + 1].deps == a.deps and steps[i + 1].stream in streams and c.kind == "compute"
                 and c.deps == (i, k - 1) and refs[i] == 1 and all(refs[j] == (1 if j == k - 1 else 0)
                                                                    for j in range(i + 1, k)))
@@ -457,58 +462,74 @@ def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_stre
     naming = _Naming(prepared.origins)
     out: list[_Spec] = []
     remap: dict[int, int] = {}
-    first_label: list[str] = []  # each spec's first step's label (a fused spec is named "first .. last")
     fused: set[int] = set()
     op_level, by_layer = granularity == "op", granularity != "auto"
     prev: _Spec | None = None
+    # the spec being built (prev) while it absorbs a chain: its running values, written back when it ends
+    # (plain locals: a chain is most of a chunk at auto granularity)
+    kind, stream, bucket, last, anchor = "", 0, None, -1, -1
+    parts: dict[str, float] | None = None
+    duration = host = host_path = mem_peak = mem_net = 0.0
+    flow: dict[str, float] | None = None
+
+    def finish(sp: _Spec) -> None:
+        """Write the running values back into the spec that absorbed steps up to `last`."""
+        sp.parts, sp.duration_s, sp.host_s, sp.host_path_s = parts, duration, host, host_path
+        sp.mem_peak, sp.mem_net, sp.grad_bucket, sp.index = mem_peak, mem_net, bucket, last
+        sp.kind, sp.stream, sp.flow, sp.flow_latency_s, sp.comm_op, sp.comm_bytes = (
+            "compute", Stream.COMPUTE, flow, 0.0, "", 0.0)
+        sp.label = sp.label + " .. " + steps[last].label
+        fused.add(len(out) - 1)
+        naming.last[-1], naming.bucket[-1] = last, anchor
+
     for i, s in enumerate(steps):
-        flow: dict[str, float] | None = None
-        flow_latency = 0.0
-        if flows[i] is not None:
-            flow_latency, work = flows[i]
-            flow = dict(work)
         if (not op_level and prev is not None and s.deps is None and s.stream in merge_streams
-                and prev.stream in merge_streams and (i - 1) not in referenced
-                and not (keep_anchors and prev.grad_bucket) and prev.kind != "p2p"
+                and stream in merge_streams and (i - 1) not in referenced
+                and not (keep_anchors and bucket) and kind != "p2p"
                 and (not by_layer or steps[i - 1].layer == s.layer)):
-            parts = prev.parts or {prev.category: prev.duration_s}
+            dur = s.duration_s
+            parts = parts or {prev.category: duration}
             if s.parts:
                 for cat, sec in s.parts.items():
                     parts[cat] = parts.get(cat, 0.0) + sec
             else:
-                parts[s.category] = parts.get(s.category, 0.0) + s.duration_s
-            prev.parts = parts
-            prev.mem_peak = max(prev.mem_peak, prev.mem_net + s.alloc_bytes)
-            prev.mem_net += s.alloc_bytes - s.free_bytes
-            prev.host_path_s = max(prev.host_path_s + s.duration_s, prev.host_s + max(s.duration_s, s.host_s))
-            prev.duration_s += s.duration_s
-            prev.host_s += s.host_s
-            prev.grad_bucket = s.grad_bucket or (None if keep_anchors else prev.grad_bucket)
-            prev.index = i
-            prev.kind = "compute"
-            prev.stream = Stream.COMPUTE
-            prev.flow = _add_work(prev.flow, flow)
-            prev.flow_latency_s = 0.0
-            prev.comm_op, prev.comm_bytes = "", 0.0
-            prev.label = first_label[-1] + " .. " + s.label
-            fused.add(len(out) - 1)
+                parts[s.category] = parts.get(s.category, 0.0) + dur
+            mem_peak = max(mem_peak, mem_net + s.alloc_bytes)
+            mem_net += s.alloc_bytes - s.free_bytes
+            host_path = max(host_path + dur, host + max(dur, s.host_s))
+            duration += dur
+            host += s.host_s
+            bucket = s.grad_bucket or (None if keep_anchors else bucket)
+            kind, stream, last = "compute", Stream.COMPUTE, i
+            demand = flows[i]
+            if demand is not None and demand[1]:  # the spec's own dict: summed into in place
+                flow = flow if flow is not None else {}
+                for link, w in demand[1].items():
+                    flow[link] = flow.get(link, 0.0) + w
             remap[i] = len(out) - 1
-            naming.last[-1] = i
             if s.grad_bucket:
-                naming.bucket[-1] = i
+                anchor = i
             elif keep_anchors:
-                naming.bucket[-1] = -1
+                anchor = -1
         else:
+            if prev is not None and last > prev.index:
+                finish(prev)
             remap[i] = len(out)
+            demand = flows[i]
+            flow_latency, flow = (demand[0], dict(demand[1])) if demand is not None else (0.0, None)
             prev = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
                          max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
                          s.host_s, max(s.duration_s, s.host_s), flow_latency, flow, s.collective or s.access,
                          s.size_bytes)
             out.append(prev)
-            first_label.append(s.label)
+            kind, stream, bucket, last, anchor = prev.kind, prev.stream, prev.grad_bucket, i, i if s.grad_bucket else -1
+            parts, duration, host, host_path = prev.parts, prev.duration_s, prev.host_s, prev.host_path_s
+            mem_peak, mem_net = prev.mem_peak, prev.mem_net
             naming.first.append(i)
             naming.last.append(i)
-            naming.bucket.append(i if s.grad_bucket else -1)
+            naming.bucket.append(anchor)
+    if prev is not None and last > prev.index:
+        finish(prev)
     for sp in out:
         if sp.deps is not None:
             sp.deps = tuple(remap[d] for d in sp.deps)
@@ -528,8 +549,8 @@ def _renamed(specs: list[_Spec], naming: _Naming, steps: list[Step]) -> list[_Sp
     out = []
     for j, sp in enumerate(specs):
         first, last, bucket = naming.first[j], naming.last[j], naming.bucket[j]
-        out.append(replace(sp, label=label(first) if first == last else label(first) + " .. " + label(last),
-                           grad_bucket=steps[naming.origins[bucket][-1]].grad_bucket if bucket >= 0 else None))
+        out.append(_Spec(**{**vars(sp), "label": label(first) if first == last else label(first) + " .. " + label(last),
+                            "grad_bucket": steps[naming.origins[bucket][-1]].grad_bucket if bucket >= 0 else None}))
     return out
 
 
@@ -558,14 +579,113 @@ def _layer_order(steps: list[Step]) -> tuple[int, ...]:
     return tuple([layers.setdefault(layer, len(layers)) for layer in map(attrgetter("layer"), steps)])
 
 
+class _ChunkSpecs:
+    """Each chunk's phases coarsened into specs, for build_graph (one per graph: no state outlives it). A
+    chunk-phase whose steps equal an earlier one's but for their names (the same _signature) is coarsened
+    once and renamed (_renamed); zero bubble splits a chunk's backward into B and W like an earlier chunk's
+    whose backward is the same but for the names, keeping of its own steps only what names the specs."""
+
+    def __init__(self, granularity: str, merge: frozenset[int], zero_bubble: bool,
+                 demand_of: Callable[[ChunkProgram], Callable[[Step], Demand | None] | None]) -> None:
+        self.granularity, self.merge, self.zero_bubble, self.demand_of = granularity, merge, zero_bubble, demand_of
+        self.by_layer = granularity not in ("auto", "op")  # auto fuses across layers, op fuses nothing
+        self.cache: dict[tuple[int, str, bool], list[_Spec]] = {}  # (chunk, phase, anchors) -> specs
+        self.distinct: dict[tuple, int] = {}  # signature -> its number
+        self.signatures: dict[tuple[int, str], int] = {}  # (chunk, phase) -> the number of its signature
+        self.coarsened: dict[tuple[int, bool], tuple[list[_Spec], _Naming]] = {}  # (number, anchors) -> ...
+        self.prepared: dict[int, _Prepared] = {}  # by signature number: the same with and without anchors
+        self.halves: dict[int, tuple[list[Step], list[Step]]] = {}  # zero bubble: chunk -> its (B, W) halves
+        self.split_like: dict[tuple, _Split] = {}  # zero bubble: backward's signature -> how it was split
+        self.named: dict[int, tuple[list[Step], list[Step]]] = {}  # ... chunk -> its steps in each half
+
+    def template(self, ch: ChunkProgram, phase: str) -> list[Step]:
+        """The steps of ch's phase (F, B, or zero bubble's B / W), to coarsen."""
+        if phase == "F":
+            return ch.fwd
+        if not self.zero_bubble:
+            return ch.bwd
+        if ch.chunk not in self.halves:
+            self.halves[ch.chunk] = split_backward(ch.bwd)
+        return self.halves[ch.chunk][0 if phase == "B" else 1]
+
+    def steps_named(self, ch: ChunkProgram, phase: str) -> list[Step]:
+        """The steps of ch's phase for their labels and gradient buckets (all _renamed reads): its template,
+        or its own steps as an earlier chunk's split put them into the half (zero bubble, `signature`)."""
+        if phase != "F" and ch.chunk in self.named:
+            return self.named[ch.chunk][0 if phase == "B" else 1]
+        return self.template(ch, phase)
+
+    def number(self, steps: list[Step], ch: ChunkProgram) -> int:
+        """The number of the signature of chunk ch's template `steps` (hashed once: it is as long as they)."""
+        sig = (_signature(steps, self.demand_of(ch)), _layer_order(steps) if self.by_layer else None)
+        return self.distinct.setdefault(sig, len(self.distinct))
+
+    def signature(self, ch: ChunkProgram, phase: str) -> int:
+        """The number of the signature of ch's phase. Zero bubble splits a backward unlike an earlier
+        chunk's only: what split_backward reads of it (its signature, the layers' pattern, the steps'
+        phases) decides the halves, but for the names."""
+        key = (ch.chunk, phase)
+        if key in self.signatures:
+            return self.signatures[key]
+        if not self.zero_bubble or phase == "F":
+            self.signatures[key] = self.number(self.template(ch, phase), ch)
+            return self.signatures[key]
+        backward = (_signature(ch.bwd, self.demand_of(ch)), _layer_order(ch.bwd),
+                    tuple(map(attrgetter("phase"), ch.bwd)))
+        if backward in self.split_like:
+            split = self.split_like[backward]
+            self.named[ch.chunk] = ([ch.bwd[i] for i in split.b_members], [ch.bwd[i] for i in split.w_members])
+        else:
+            b_half, w_half, b_members, w_members = _split_backward(ch.bwd)
+            self.halves[ch.chunk] = (b_half, w_half)
+            split = _Split(b_members, w_members, (self.number(b_half, ch), self.number(w_half, ch)))
+            self.split_like[backward] = split
+        self.signatures[(ch.chunk, "B")], self.signatures[(ch.chunk, "W")] = split.signatures
+        return self.signatures[key]
+
+    def specs(self, ch: ChunkProgram, phase: str, anchors: bool) -> list[_Spec]:
+        """Chunk ch's phase coarsened (`anchors`: a spec ends at each gradient bucket's last step)."""
+        key = (ch.chunk, phase, anchors)
+        if key not in self.cache:
+            sig = self.signature(ch, phase)
+            if (sig, anchors) in self.coarsened:
+                made, naming = self.coarsened[(sig, anchors)]
+                self.cache[key] = _renamed(made, naming, self.steps_named(ch, phase))
+            else:
+                steps, demand_of = self.template(ch, phase), self.demand_of(ch)
+                if sig not in self.prepared:
+                    self.prepared[sig] = _prepare(steps, self.granularity, self.merge, demand_of)
+                self.coarsened[(sig, anchors)] = _coarsen(steps, self.granularity, anchors, self.merge, demand_of,
+                                                          self.prepared[sig])
+                self.cache[key] = self.coarsened[(sig, anchors)][0]
+        return self.cache[key]
+
+
 def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
+    """A backward template cut into its zero-bubble halves (B, W): see _split_backward."""
+    b_half, w_half, _, _ = _split_backward(steps)
+    return b_half, w_half
+
+
+@dataclass
+class _Split:
+    """How split_backward cut a backward template: the steps in each half (B, W), in order, and the numbers
+    of the halves' signatures (build_graph)."""
+
+    b_members: list[int]
+    w_members: list[int]
+    signatures: tuple[int, int]
+
+
+def _split_backward(steps: list[Step]) -> tuple[list[Step], list[Step], list[int], list[int]]:
     """A backward template cut into its zero-bubble halves (Qi et al. 2024): B, the input-gradient side
     (everything but the weight gradients: dgrad and unsplit backward steps, recompute, feature collectives)
     and W, the weight-gradient steps with what only they consume (the sequence-parallel re-gather of a saved
     input, an offloaded layer's gradient store). Both are templates of their own: a B step that waited on a
     W step (the serial chain ran dgrad, wgrad, next op) waits on that step's B-side dependencies instead;
     W's dependencies on B are dropped, since the graph builder starts a micro-batch's W after its whole B.
-    Redundant dependencies are pruned, so serial chains stay implicit (None) and coarsen as before."""
+    Redundant dependencies are pruned, so serial chains stay implicit (None) and coarsen as before. Returns
+    the halves and the steps each one is made of (indices into `steps`, in order)."""
     n = len(steps)
     deps = [tuple(s.deps) if s.deps is not None else ((i - 1,) if i > 0 else ()) for i, s in enumerate(steps)]
     in_w = [s.phase == "wgrad" for s in steps]
@@ -623,7 +743,7 @@ def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
     w_members = [i for i in range(n) if in_w[i]]
     b_half = half(b_members, on_b, False)
     w_half = half(w_members, lambda d: frozenset((d,)) if in_w[d] else frozenset(), True)
-    return b_half, w_half
+    return b_half, w_half, b_members, w_members
 
 
 def _htae_orders(chunks: list[ChunkProgram], m: int, max_ongoing: int | None) -> list[list[tuple[str, int, int]]]:
@@ -722,14 +842,16 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             ranks = range(s * per_stage, (s + 1) * per_stage)  # pp is the outermost mesh axis
             g.classes.append(RankClass(f"stage{s}", s, per_stage, ranks, (static_bytes or {}).get(s, 0.0)))
     merge = frozenset({Stream.COMPUTE}) if exact else frozenset({Stream.COMPUTE, Stream.FEATURE})
-    spec_cache: dict[tuple[int, str, bool], list[_Spec]] = {}
-
+    stage_demands: dict[int, Callable[[Step], Demand | None]] = {}  # by pipeline rank
 
     def step_demand_of(ch: ChunkProgram) -> Callable[[Step], Demand | None] | None:
+        """A step's link demand on chunk ch's stage (None: no bandwidth sharing)."""
         if flows is None:
             return None
-        stage_rank = mesh.rank({"pp": ch.pp_rank})
-        return lambda step: flows.step_demand(step, stage_rank)
+        if ch.pp_rank not in stage_demands:
+            stage_rank = mesh.rank({"pp": ch.pp_rank})
+            stage_demands[ch.pp_rank] = lambda step: flows.step_demand(step, stage_rank)
+        return stage_demands[ch.pp_rank]
 
     def note_flow(t: int, demand: Demand | None) -> None:
         """Task t's link demand, to map onto resources at the end (_resolve_flows)."""
@@ -737,40 +859,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             g.flow_demand[t] = _Flow(demand[0], demand[1], (), t)  # type: ignore[call-overload]
 
     zero_bubble = sched.kind == "zb-h1"
-    halves: dict[int, tuple[list[Step], list[Step]]] = {}  # zero bubble: chunk -> its backward's (B, W)
-
-    def template(ch: ChunkProgram, phase: str) -> list[Step]:
-        if phase == "F":
-            return ch.fwd
-        if not zero_bubble:
-            return ch.bwd
-        if ch.chunk not in halves:
-            halves[ch.chunk] = split_backward(ch.bwd)
-        return halves[ch.chunk][0 if phase == "B" else 1]
-
-    distinct: dict[tuple, int] = {}  # signature -> its number
-    signatures: dict[tuple[int, str], int] = {}  # (chunk, phase) -> the number of its signature
-    by_signature: dict[tuple[int, bool], tuple[list[_Spec], _Naming]] = {}  # identical chunks coarsen once
-    prepared: dict[int, _Prepared] = {}  # by signature number
-
-    def specs(ch: ChunkProgram, phase: str, anchors: bool) -> list[_Spec]:
-        key = (ch.chunk, phase, anchors)
-        if key not in spec_cache:
-            steps, demand_of = template(ch, phase), step_demand_of(ch)
-            if (ch.chunk, phase) not in signatures:  # hashed once: a signature is as long as the chunk
-                sig = (_signature(steps, demand_of), _layer_order(steps) if granularity not in ("auto", "op") else None)
-                signatures[(ch.chunk, phase)] = distinct.setdefault(sig, len(distinct))
-            sig = signatures[(ch.chunk, phase)]
-            shared = (sig, anchors)
-            if shared in by_signature:
-                made, naming = by_signature[shared]
-                spec_cache[key] = _renamed(made, naming, steps)
-            else:
-                if sig not in prepared:  # the same with and without anchors
-                    prepared[sig] = _prepare(steps, granularity, merge, demand_of)
-                by_signature[shared] = _coarsen(steps, granularity, anchors, merge, demand_of, prepared[sig])
-                spec_cache[key] = by_signature[shared][0]
-        return spec_cache[key]
+    chunk_specs = _ChunkSpecs(granularity, merge, zero_bubble, step_demand_of)
+    specs = chunk_specs.specs
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
     group_of: dict[tuple[tuple[str, ...], int], tuple[int, ...]] = {}  # (axes, rank) -> group ranks
@@ -944,44 +1034,49 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             note_flow(sent, demand)
         placed[(cid, c, ph, mb)] = (0, _Shape(body[0], body[-1], first_compute, ids[-1], sent))
 
-    blocks: dict[tuple[int, str], _ItemBlock | None] = {}  # (chunk, phase) -> its block (not in exact mode)
     dynamic = _htae_orders(chunks, m, sched.max_ongoing_micro_batch) if sched.kind == "dynamic" else None
     for rank in reps:
         cid = cls_of(rank)
         r = mesh.coords(rank)["pp"]
         order = dynamic[r] if dynamic is not None else schedule_order(sched.kind, pp, m, r, v,
                                                                           sched.max_ongoing_micro_batch)
-        sends: dict[tuple[int, str], _Send | None] = {}  # this rank's, per chunk and phase
         # the last backward item (B; zero bubble: B and W, each anchoring the gradient buckets it finishes)
         # of each chunk: its gradients are complete there
         last_item_of_chunk: dict[tuple[str, int], int] = {}
         for idx, (ph, _mb, vc) in enumerate(order):
             if ph != "F":
                 last_item_of_chunk[(ph, vc)] = idx
+        # per (phase, virtual chunk): its send (the same for every micro-batch) and block (none in exact mode)
+        sends: dict[tuple[str, int], _Send | None] = {}
+        blocks: dict[tuple[str, int], _ItemBlock | None] = {}
+        for ph, vc in dict.fromkeys((ph, vc) for ph, _, vc in order):
+            sends[(ph, vc)] = send_of(vc * pp + r, ph, rank)
+            if _COPY_ITEMS and not exact:
+                blocks[(ph, vc)] = item_block(chunks[vc * pp + r], ph, cid, rank, sends[(ph, vc)])
+            else:
+                blocks[(ph, vc)] = None
+        items = [(cid, vc * pp + r, ph, mb) for ph, mb, vc in order]
+        copied = [blocks[(ph, vc)] for ph, _, vc in order]
+        # one by one (add_item): the items without a block, those anchoring gradient buckets and the first
+        # forward of a chunk waiting for the parameter all-gather
         anchoring = set(last_item_of_chunk.values()) if tree.overlap_grad_reduce and has_grad else set()
-        run: list[tuple[int, int, str, int]] = []  # items to add in bulk, and their blocks
-        run_blocks: list[_ItemBlock] = []
-        for idx, (ph, mb, vc) in enumerate(order):
-            if progress is not None and not idx & 255:
-                add_copies(run, run_blocks)
-                run, run_blocks = [], []
-                progress(len(g))
-            c = vc * pp + r
-            if (c, ph) not in sends:  # what a chunk's send is does not depend on the micro-batch
-                sends[(c, ph)] = send_of(c, ph, rank)
-            block: _ItemBlock | None = None
-            if not (exact or idx in anchoring or (mb == 0 and ph == "F" and param_gather.get((cid, c)))):
-                if (c, ph) not in blocks:
-                    blocks[(c, ph)] = item_block(chunks[c], ph, cid, rank, sends[(c, ph)])
-                block = blocks[(c, ph)]
-            if block is not None:
-                run.append((cid, c, ph, mb))
-                run_blocks.append(block)
-                continue
-            add_copies(run, run_blocks)
-            run, run_blocks = [], []
-            add_item(cid, rank, c, ph, mb, idx in anchoring, sends[(c, ph)])
-        add_copies(run, run_blocks)
+        for idx in anchoring:
+            copied[idx] = None
+        for vc in range(v):
+            if param_gather.get((cid, vc * pp + r)):
+                copied[order.index(("F", 0, vc))] = None
+        single = {idx for idx, block in enumerate(copied) if block is None}
+        reports = set(range(0, len(order), 256)) if progress is not None else set()  # progress every 256 items
+        start = 0
+        for stop in [*sorted(single | reports), len(order)]:
+            add_copies(items[start:stop], copied[start:stop])  # type: ignore[arg-type]
+            start = stop
+            if stop in reports:
+                progress(len(g))  # type: ignore[misc]
+            if stop in single:
+                ph, mb, vc = order[stop]
+                add_item(cid, rank, vc * pp + r, ph, mb, stop in anchoring, sends[(ph, vc)])
+                start = stop + 1
         ph, mb, vc = next(item for item in reversed(order) if item[0] != "F")
         base, shape = placed[(cid, vc * pp + r, ph, mb)]
         last_b[cid] = base + shape.last
