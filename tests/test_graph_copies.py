@@ -5,6 +5,7 @@ chunk on its own builds: every column, in the same task order, on random jobs an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,8 +26,9 @@ def _inputs(job: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
     sim = jc.simulation
     costed = costed_program(tree, cl, sim, jc.cluster.remote_memory)
     statics, opt_s = _stage_terms(costed, cl)
+    static = {r: memory.total_bytes for r, memory in statics.items()}
     return costed.program, {"exact": sim.exact, "granularity": sim.granularity, "optimizer_s": opt_s,
-                            "flows": costed.flows, "static_bytes": {r: st.total_bytes for r, st in statics.items()}}
+                            "flows": costed.flows, "static_bytes": static}
 
 
 def _build(program: Any, kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch, copies: bool, shared: bool
@@ -47,6 +49,15 @@ def _assert_same(a: ExecutionGraph, b: ExecutionGraph) -> None:
         assert getattr(a, column) == getattr(b, column), column
     assert [vars(c) for c in a.classes] == [vars(c) for c in b.classes]
     assert [type(x) for x in a.flow_demand] == [type(x) for x in b.flow_demand]  # resolved, never a _Flow
+    assert list(a.queues) == list(b.queues)  # streams in the same order too
+
+
+def _counted(f: Callable[..., Any], name: str, counts: dict[str, int]) -> Callable[..., Any]:
+    """f, counting its calls in counts[name]."""
+    def counted(*args: Any) -> Any:  # noqa: ANN401
+        counts[name] += 1
+        return f(*args)
+    return counted
 
 
 def _check(job: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch, micro_batches: int | None = None
@@ -61,11 +72,7 @@ def _check(job: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch, micro_ba
         counts = calls[(copies, shared)] = {"_coarsen": 0, "_split_backward": 0}
         with monkeypatch.context() as mp:
             for name in counts:
-                def counted(*a: Any, _f: Any = getattr(graph_mod, name), _n: str = name,  # noqa: ANN401
-                            _c: dict[str, int] = counts) -> Any:  # noqa: ANN401
-                    _c[_n] += 1
-                    return _f(*a)
-                mp.setattr(graph_mod, name, counted)
+                mp.setattr(graph_mod, name, _counted(getattr(graph_mod, name), name, counts))
             graph, reports = _build(program, kw, mp, copies, shared)
         _assert_same(graph, reference)
         assert reports == reference_reports
@@ -74,9 +81,10 @@ def _check(job: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch, micro_ba
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
-@given(small_jobs(), st.sampled_from(["auto", "layer", "op"]), st.sampled_from([None, 4]))  # 4: a multiple of pp (interleaving)
-def test_copies_and_shared_chunks_build_the_one_by_one_graph(monkeypatch: pytest.MonkeyPatch, job: dict[str, Any],
-                                                              granularity: str, micro_batches: int | None) -> None:
+@given(small_jobs(), st.sampled_from(["auto", "layer", "op"]), st.sampled_from([None, 4]))  # 4: pp divides it
+def test_copies_and_shared_chunks_build_the_one_by_one_graph(monkeypatch: pytest.MonkeyPatch,
+                                                              job: dict[str, Any], granularity: str,
+                                                              micro_batches: int | None) -> None:
     job = {**job, "simulation": {**job.get("simulation", {}), "granularity": granularity}}
     try:
         _check(job, monkeypatch, micro_batches)
@@ -84,7 +92,8 @@ def test_copies_and_shared_chunks_build_the_one_by_one_graph(monkeypatch: pytest
         reject()  # a combination the job validation refuses
 
 
-DEEP = {"name": "gpt3-13b", "layers": 8, "hidden": 256, "heads": 4, "ffn": 1024, "seq_len": 256, "vocab": 1000}
+DEEP = {"name": "gpt3-13b", "layers": 8, "hidden": 256, "heads": 4, "ffn": 1024, "seq_len": 256,
+        "vocab": 1000}
 
 
 @pytest.mark.parametrize("strategy, simulation", [

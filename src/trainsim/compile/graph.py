@@ -98,7 +98,8 @@ class ExecutionGraph:
             self.queues[(c, stream)].append(t)
         return t
 
-    def add_copies(self, table: TaskTable, blocks: list[range], prefixes: list[str], mbs: list[int]) -> list[int]:
+    def add_copies(self, table: TaskTable, blocks: list[range], prefixes: list[str], mbs: list[int]
+                   ) -> list[int]:
         """Append a copy of each block (a range of `table`'s rows), in turn: copy i for micro-batch `mbs[i]`,
         its tasks named `prefixes[i]` + their labels, their dependencies shifted onto the copy. What `add` per
         task gives, in bulk, one column at a time at C speed (a pipeline repeats the same few blocks for every
@@ -110,17 +111,17 @@ class ExecutionGraph:
         end = bases.pop()
         if end == start:
             return bases
-        rows = _picker(list(chain.from_iterable(blocks)))  # a new task's value: its template row's
-        of_copy = _picker(list(chain.from_iterable(map(repeat, range(len(blocks)), lens))))  # ... or its copy's
+        rows = _picker(list(chain.from_iterable(blocks)))  # a new task's value: its template row's, or
+        of_copy = _picker(list(chain.from_iterable(map(repeat, range(len(blocks)), lens))))  # its copy's
         self.name.extend(map(operator.add, of_copy(prefixes), rows(table.labels)))
         for column in _TEMPLATE_COLUMNS:
             getattr(self, column).extend(rows(getattr(table, column)))
         self.parts.extend([None if p is None else dict(p) for p in rows(table.parts)])  # each task its own
         self.deps.extend([([t - back[0]] if len(back) == 1 else [t - b for b in back]) if back else []
-                          for t, back in zip(range(start, end), rows(table.back), strict=True)])  # (few have two or more)
+                          for t, back in zip(range(start, end), rows(table.back), strict=True)])
         self.micro_batch.extend(of_copy(mbs))
         queue_of = rows(table.queue)
-        for q in sorted(set(queue_of)):  # the new tasks of each (participants, stream) pair, in order
+        for q in dict.fromkeys(queue_of):  # each (participants, stream) pair's new tasks, first used first
             tasks = [t for t, x in zip(range(start, end), queue_of, strict=True) if x == q]
             classes, stream = table.queues[q]
             for c in classes:
@@ -164,8 +165,9 @@ class _Flow:
 _COPY_ITEMS = True
 
 # the columns a copy of a template row takes as they are (ExecutionGraph.add_copies)
-_TEMPLATE_COLUMNS = ("kind", "stream", "category", "duration_s", "participants", "mem_peak_bytes", "mem_net_bytes",
-                     "host_s", "host_path_s", "flow_latency_s", "flow_demand", "comm_op", "comm_bytes", "comm_ranks")
+_TEMPLATE_COLUMNS = ("kind", "stream", "category", "duration_s", "participants", "mem_peak_bytes",
+                     "mem_net_bytes", "host_s", "host_path_s", "flow_latency_s", "flow_demand", "comm_op",
+                     "comm_bytes", "comm_ranks")
 
 
 def _picker(index: list[int]) -> Callable[[Sequence], Sequence]:
@@ -205,9 +207,9 @@ class TaskTable:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def add(self, label: str, kind: str, stream: int, category: str, duration_s: float, classes: tuple[int, ...],
-            deps: tuple[int, ...], parts: dict[str, float] | None = None, mem_peak: float = 0.0,
-            mem_net: float = 0.0, host_s: float = 0.0, host_path_s: float | None = None, comm_op: str = "",
+    def add(self, label: str, kind: str, stream: int, category: str, duration_s: float,
+            classes: tuple[int, ...], deps: tuple[int, ...], parts: dict[str, float] | None = None,
+            mem_peak: float = 0.0, mem_net: float = 0.0, host_s: float = 0.0, host_path_s: float | None = None, comm_op: str = "",
             comm_bytes: float = 0.0, comm_ranks: tuple[int, ...] = (), flow: object = None) -> int:
         """Append one row (ExecutionGraph.add's arguments, `deps` as rows of this table; `flow`: what its
         copies' `flow_demand` holds, their latency 0 meanwhile); its row."""
@@ -517,12 +519,14 @@ def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_stre
             remap[i] = len(out)
             demand = flows[i]
             flow_latency, flow = (demand[0], dict(demand[1])) if demand is not None else (0.0, None)
-            prev = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
-                         max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
+            prev = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s,
+                         dict(s.parts) if s.parts else None, max(s.alloc_bytes, 0.0),
+                         s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
                          s.host_s, max(s.duration_s, s.host_s), flow_latency, flow, s.collective or s.access,
                          s.size_bytes)
             out.append(prev)
-            kind, stream, bucket, last, anchor = prev.kind, prev.stream, prev.grad_bucket, i, i if s.grad_bucket else -1
+            kind, stream, bucket, last = prev.kind, prev.stream, prev.grad_bucket, i
+            anchor = i if s.grad_bucket else -1
             parts, duration, host, host_path = prev.parts, prev.duration_s, prev.host_s, prev.host_path_s
             mem_peak, mem_net = prev.mem_peak, prev.mem_net
             naming.first.append(i)
@@ -549,8 +553,9 @@ def _renamed(specs: list[_Spec], naming: _Naming, steps: list[Step]) -> list[_Sp
     out = []
     for j, sp in enumerate(specs):
         first, last, bucket = naming.first[j], naming.last[j], naming.bucket[j]
-        out.append(_Spec(**{**vars(sp), "label": label(first) if first == last else label(first) + " .. " + label(last),
-                            "grad_bucket": steps[naming.origins[bucket][-1]].grad_bucket if bucket >= 0 else None}))
+        name = label(first) if first == last else label(first) + " .. " + label(last)
+        anchored = steps[naming.origins[bucket][-1]].grad_bucket if bucket >= 0 else None
+        out.append(_Spec(**{**vars(sp), "label": name, "grad_bucket": anchored}))
     return out
 
 
@@ -561,16 +566,16 @@ _SIGNATURE_FIELDS = attrgetter("kind", "stream", "category", "deps", "duration_s
 
 def _signature(steps: list[Step], demand_of: Callable[[Step], Demand | None] | None) -> tuple:
     """Everything coarsen reads of a step list but the names and the layers: two chunks with equal signatures
-    coarsen to the same specs, at layer granularity if their layers appear in the same order too (`_layer_order`:
-    auto fuses across layers, op fuses nothing). Field by field over the steps (attrgetter: C speed), the few that
-    need a look of their own apart."""
+    coarsen to the same specs, at layer granularity if their layers appear in the same order too
+    (`_layer_order`: auto fuses across layers, op fuses nothing). Field by field over the steps (attrgetter:
+    C speed), the few that need a look of their own apart."""
     parts = tuple([(i, tuple(p.items())) for i, p in enumerate(map(attrgetter("parts"), steps)) if p])
     demands: tuple = ()
     if demand_of is not None:
         found = [demand_of(s) for s in steps if s.kind == "collective"]
         demands = tuple([(d[0], tuple(d[1].items())) if d else None for d in found])
-    return (tuple(map(_SIGNATURE_FIELDS, steps)), tuple(map(bool, map(attrgetter("grad_bucket"), steps))), parts,
-            demands)
+    buckets = tuple(map(bool, map(attrgetter("grad_bucket"), steps)))
+    return tuple(map(_SIGNATURE_FIELDS, steps)), buckets, parts, demands
 
 
 def _layer_order(steps: list[Step]) -> tuple[int, ...]:
@@ -587,7 +592,8 @@ class _ChunkSpecs:
 
     def __init__(self, granularity: str, merge: frozenset[int], zero_bubble: bool,
                  demand_of: Callable[[ChunkProgram], Callable[[Step], Demand | None] | None]) -> None:
-        self.granularity, self.merge, self.zero_bubble, self.demand_of = granularity, merge, zero_bubble, demand_of
+        self.granularity, self.merge, self.zero_bubble = granularity, merge, zero_bubble
+        self.demand_of = demand_of
         self.by_layer = granularity not in ("auto", "op")  # auto fuses across layers, op fuses nothing
         self.cache: dict[tuple[int, str, bool], list[_Spec]] = {}  # (chunk, phase, anchors) -> specs
         self.distinct: dict[tuple, int] = {}  # signature -> its number
@@ -634,7 +640,8 @@ class _ChunkSpecs:
                     tuple(map(attrgetter("phase"), ch.bwd)))
         if backward in self.split_like:
             split = self.split_like[backward]
-            self.named[ch.chunk] = ([ch.bwd[i] for i in split.b_members], [ch.bwd[i] for i in split.w_members])
+            bwd = ch.bwd
+            self.named[ch.chunk] = ([bwd[i] for i in split.b_members], [bwd[i] for i in split.w_members])
         else:
             b_half, w_half, b_members, w_members = _split_backward(ch.bwd)
             self.halves[ch.chunk] = (b_half, w_half)
@@ -655,8 +662,8 @@ class _ChunkSpecs:
                 steps, demand_of = self.template(ch, phase), self.demand_of(ch)
                 if sig not in self.prepared:
                     self.prepared[sig] = _prepare(steps, self.granularity, self.merge, demand_of)
-                self.coarsened[(sig, anchors)] = _coarsen(steps, self.granularity, anchors, self.merge, demand_of,
-                                                          self.prepared[sig])
+                self.coarsened[(sig, anchors)] = _coarsen(steps, self.granularity, anchors, self.merge,
+                                                          demand_of, self.prepared[sig])
                 self.cache[key] = self.coarsened[(sig, anchors)][0]
         return self.cache[key]
 
@@ -864,8 +871,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
     group_of: dict[tuple[tuple[str, ...], int], tuple[int, ...]] = {}  # (axes, rank) -> group ranks
-    # where each schedule item went, (class, chunk, phase, micro-batch) -> (base, shape): its tasks of interest
-    # are base + the shape's offsets (added in bulk: base is the copy's first task; one by one: 0)
+    # where each schedule item went, (class, chunk, phase, micro-batch) -> (base, shape): its tasks of
+    # interest are base + the shape's offsets (added in bulk: base is the copy's first task; one by one: 0)
     placed: dict[tuple[int, int, str, int], tuple[int, _Shape]] = {}
     last_b: dict[int, int] = {}
     grad_tasks: dict[int, list[int]] = defaultdict(list)
@@ -950,7 +957,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             return None
         start = len(table)
         for j, sp in enumerate(todo):
-            deps = tuple(start + d for d in sp.deps) if sp.deps is not None else ((start + j - 1,) if j else ())
+            previous = (start + j - 1,) if j else ()  # deps None: the previous spec
+            deps = tuple(start + d for d in sp.deps) if sp.deps is not None else previous
             flow = _Flow(sp.flow_latency_s, sp.flow, (cid,)) if sp.flow else None
             if sp.kind == "collective":
                 table.add(sp.label, "collective", sp.stream, sp.category, sp.duration_s, (cid,), deps, None,
@@ -962,14 +970,16 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                           sp.host_path_s, comm_op=sp.comm_op, comm_bytes=sp.comm_bytes,
                           comm_ranks=(rank,) if sp.comm_op else (), flow=flow)
         last = len(todo) - 1
-        body = [k for k in range(len(todo)) if table.stream[start + k] != Stream.MEMORY] or list(range(len(todo)))
-        first_compute = next((k for k in body if table.stream[start + k] == Stream.COMPUTE), body[0])
+        streams = table.stream[start:]
+        body = [k for k, x in enumerate(streams) if x != Stream.MEMORY] or list(range(len(todo)))
+        first_compute = next((k for k in body if streams[k] == Stream.COMPUTE), body[0])
         sent = -1
         if send is not None:
             dur, send_bytes, dst, demand = send
+            flow = _Flow(*demand, (cid,)) if demand is not None and demand[1] else None
             sent = table.add(send_label(send_bytes), "p2p", Stream.P2P, "pp", dur, (cid,), (start + body[-1],),
-                             comm_op="send_recv", comm_bytes=send_bytes, comm_ranks=(rank, dst),
-                             flow=_Flow(*demand, (cid,)) if demand is not None and demand[1] else None) - start
+                             comm_op="send_recv", comm_bytes=send_bytes, comm_ranks=(rank, dst), flow=flow)
+            sent -= start
         return _ItemBlock(body[0], body[-1], first_compute, last, sent, range(start, len(table)))
 
     def add_copies(items: list[tuple[int, int, str, int]], blocks: list[_ItemBlock]) -> None:
@@ -1066,7 +1076,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             if param_gather.get((cid, vc * pp + r)):
                 copied[order.index(("F", 0, vc))] = None
         single = {idx for idx, block in enumerate(copied) if block is None}
-        reports = set(range(0, len(order), 256)) if progress is not None else set()  # progress every 256 items
+        reports = set(range(0, len(order), 256)) if progress is not None else set()  # every 256 items
         start = 0
         for stop in [*sorted(single | reports), len(order)]:
             add_copies(items[start:stop], copied[start:stop])  # type: ignore[arg-type]
