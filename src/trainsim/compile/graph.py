@@ -596,7 +596,8 @@ class _ChunkSpecs:
         self.demand_of = demand_of
         self.by_layer = granularity not in ("auto", "op")  # auto fuses across layers, op fuses nothing
         self.cache: dict[tuple[int, str, bool], list[_Spec]] = {}  # (chunk, phase, anchors) -> specs
-        self.distinct: dict[tuple, int] = {}  # signature -> its number
+        self.distinct: dict[int, list[tuple[tuple, int]]] = {}  # step count -> signatures and their numbers
+        self.count = 0  # signatures numbered
         self.signatures: dict[tuple[int, str], int] = {}  # (chunk, phase) -> the number of its signature
         self.coarsened: dict[tuple[int, bool], tuple[list[_Spec], _Naming]] = {}  # (number, anchors) -> ...
         self.prepared: dict[int, _Prepared] = {}  # by signature number: the same with and without anchors
@@ -622,9 +623,16 @@ class _ChunkSpecs:
         return self.template(ch, phase)
 
     def number(self, steps: list[Step], ch: ChunkProgram) -> int:
-        """The number of the signature of chunk ch's template `steps` (hashed once: it is as long as they)."""
+        """The number of the signature of chunk ch's template `steps`: the first equal one's (compared with
+        those of as many steps, not hashed: hashing a signature costs more than comparing two)."""
         sig = (_signature(steps, self.demand_of(ch)), _layer_order(steps) if self.by_layer else None)
-        return self.distinct.setdefault(sig, len(self.distinct))
+        alike = self.distinct.setdefault(len(steps), [])
+        for known, n in alike:
+            if known == sig:
+                return n
+        self.count += 1
+        alike.append((sig, self.count))
+        return self.count
 
     def signature(self, ch: ChunkProgram, phase: str) -> int:
         """The number of the signature of ch's phase. Zero bubble splits a backward unlike an earlier
@@ -1081,8 +1089,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         for stop in [*sorted(single | reports), len(order)]:
             add_copies(items[start:stop], copied[start:stop])  # type: ignore[arg-type]
             start = stop
-            if stop in reports:
-                progress(len(g))  # type: ignore[misc]
+            if progress is not None and stop in reports:
+                progress(len(g))
             if stop in single:
                 ph, mb, vc = order[stop]
                 add_item(cid, rank, vc * pp + r, ph, mb, stop in anchoring, sends[(ph, vc)])
