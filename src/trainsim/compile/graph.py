@@ -394,10 +394,8 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
     for n, s in enumerate(out):
         if s.deps is not None:
             deps = tuple(remap[d] for d in s.deps)
-            if s.parts is not None or deps != s.deps:
-                s = out[n] = Step(**{**s.__dict__, "deps": deps})
-            if deps == (n - 1,):
-                out[n] = Step(**{**s.__dict__, "deps": None})
+            if s.parts is not None or deps != s.deps or deps == (n - 1,):  # a copy (once), with deps None
+                out[n] = Step(**{**s.__dict__, "deps": None if deps == (n - 1,) else deps})  # for the previous
     return out
 
 
