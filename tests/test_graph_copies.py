@@ -16,6 +16,7 @@ from test_templates import GRAPH_COLUMNS, small_jobs
 from trainsim.api import _stage_terms, costed_program, default_job, job_tree, parse_job
 from trainsim.compile import graph as graph_mod
 from trainsim.compile.graph import ExecutionGraph
+from trainsim.compile.program import Stream
 from trainsim.errors import ConfigError
 
 
@@ -122,3 +123,28 @@ def test_deep_pipelines_share_chunks_and_copies_exactly(strategy: dict[str, Any]
 def test_default_job_reduced_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     """The benchmark's graph: GPT-3 175B over 16 stages, 52 micro-batches, bandwidth sharing on."""
     _check(None, monkeypatch, micro_batches=52)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
+def test_a_chunk_is_named_for_its_own_steps_whatever_was_coarsened_first(schedule: str) -> None:
+    """Chunks 1 and 2 of four stages are equal but for their names: asked in any order, with or without
+    anchors, each gets the specs it gets when asked alone (its own labels and gradient buckets)."""
+    s = {"tp": 2, "pp": 4, "dp": 2, "global_batch": 24, "sequence_parallel": True, "schedule": schedule}
+    program, kw = _inputs({"model": DEEP, "cluster": {"name": "dgx-a100", "nodes": 2}, "strategy": s})
+    merge = frozenset({Stream.COMPUTE, Stream.FEATURE})
+    flows = kw["flows"]
+
+    def fresh() -> graph_mod._ChunkSpecs:
+        return graph_mod._ChunkSpecs("auto", merge, schedule == "zb-h1",
+                                     lambda ch: lambda step: flows.step_demand(step, ch.pp_rank * 4))
+
+    phases = ["F", "B", "W"] if schedule == "zb-h1" else ["F", "B"]
+    chunks = program.chunks
+    for phase in phases:
+        for first, then in ((1, 2), (2, 1)):
+            for anchors_first, anchors_then in ((False, True), (True, False), (True, True)):
+                specs = fresh()
+                specs.specs(chunks[first], phase, anchors_first)
+                got = specs.specs(chunks[then], phase, anchors_then)
+                want = fresh().specs(chunks[then], phase, anchors_then)
+                assert [vars(x) for x in got] == [vars(x) for x in want]

@@ -209,8 +209,9 @@ class TaskTable:
 
     def add(self, label: str, kind: str, stream: int, category: str, duration_s: float,
             classes: tuple[int, ...], deps: tuple[int, ...], parts: dict[str, float] | None = None,
-            mem_peak: float = 0.0, mem_net: float = 0.0, host_s: float = 0.0, host_path_s: float | None = None, comm_op: str = "",
-            comm_bytes: float = 0.0, comm_ranks: tuple[int, ...] = (), flow: object = None) -> int:
+            mem_peak: float = 0.0, mem_net: float = 0.0, host_s: float = 0.0,
+            host_path_s: float | None = None, comm_op: str = "", comm_bytes: float = 0.0,
+            comm_ranks: tuple[int, ...] = (), flow: object = None) -> int:
         """Append one row (ExecutionGraph.add's arguments, `deps` as rows of this table; `flow`: what its
         copies' `flow_demand` holds, their latency 0 meanwhile); its row."""
         k = len(self.labels)
@@ -394,8 +395,9 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
     for n, s in enumerate(out):
         if s.deps is not None:
             deps = tuple(remap[d] for d in s.deps)
-            if s.parts is not None or deps != s.deps or deps == (n - 1,):  # a copy (once), with deps None
-                out[n] = Step(**{**s.__dict__, "deps": None if deps == (n - 1,) else deps})  # for the previous
+            if s.parts is not None or deps != s.deps or deps == (n - 1,):
+                # a copy (made once); deps None: the previous step
+                out[n] = Step(**{**s.__dict__, "deps": None if deps == (n - 1,) else deps})
     return out
 
 
@@ -598,7 +600,7 @@ class _ChunkSpecs:
         self.count = 0  # signatures numbered
         self.signatures: dict[tuple[int, str], int] = {}  # (chunk, phase) -> the number of its signature
         self.coarsened: dict[tuple[int, bool], tuple[list[_Spec], _Naming]] = {}  # (number, anchors) -> ...
-        self.prepared: dict[int, _Prepared] = {}  # by signature number: the same with and without anchors
+        self.prepared: dict[tuple[int, str], _Prepared] = {}  # (chunk, phase): with or without anchors
         self.halves: dict[int, tuple[list[Step], list[Step]]] = {}  # zero bubble: chunk -> its (B, W) halves
         self.split_like: dict[tuple, _Split] = {}  # zero bubble: backward's signature -> how it was split
         self.named: dict[int, tuple[list[Step], list[Step]]] = {}  # ... chunk -> its steps in each half
@@ -666,10 +668,11 @@ class _ChunkSpecs:
                 self.cache[key] = _renamed(made, naming, self.steps_named(ch, phase))
             else:
                 steps, demand_of = self.template(ch, phase), self.demand_of(ch)
-                if sig not in self.prepared:
-                    self.prepared[sig] = _prepare(steps, self.granularity, self.merge, demand_of)
+                own = (ch.chunk, phase)  # prepared from its own steps: the specs take their names
+                if own not in self.prepared:
+                    self.prepared[own] = _prepare(steps, self.granularity, self.merge, demand_of)
                 self.coarsened[(sig, anchors)] = _coarsen(steps, self.granularity, anchors, self.merge,
-                                                          demand_of, self.prepared[sig])
+                                                          demand_of, self.prepared[own])
                 self.cache[key] = self.coarsened[(sig, anchors)][0]
         return self.cache[key]
 
@@ -983,8 +986,9 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         if send is not None:
             dur, send_bytes, dst, demand = send
             flow = _Flow(*demand, (cid,)) if demand is not None and demand[1] else None
-            sent = table.add(send_label(send_bytes), "p2p", Stream.P2P, "pp", dur, (cid,), (start + body[-1],),
-                             comm_op="send_recv", comm_bytes=send_bytes, comm_ranks=(rank, dst), flow=flow)
+            sent = table.add(send_label(send_bytes), "p2p", Stream.P2P, "pp", dur, (cid,),
+                             (start + body[-1],), comm_op="send_recv", comm_bytes=send_bytes,
+                             comm_ranks=(rank, dst), flow=flow)
             sent -= start
         return _ItemBlock(body[0], body[-1], first_compute, last, sent, range(start, len(table)))
 
