@@ -840,7 +840,14 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
 
     `flows` (bandwidth sharing): fill `flow_latency_s` / `flow_demand` / `resources` from the cost
     layer's per-link work, so the engine shares links among concurrent tasks. `progress(tasks built)`
-    is called every 256 schedule items."""
+    is called every 256 schedule items.
+
+    A schedule item (a chunk's phase for one micro-batch, then its pipeline send) is the same few tasks
+    for every micro-batch: each chunk-phase's are made once as a block of template rows and the items
+    appended as copies in bulk (ExecutionGraph.add_copies); the few items that differ (exact mode's shared
+    collectives, the gradient-bucket anchors, the wait for the parameter all-gather) are added task by
+    task (add_item), the path the copies are tested against. Chunks equal but for their names are
+    coarsened once (_ChunkSpecs)."""
     tree = program.tree
     mesh = tree.mesh
     sched = tree.schedule
