@@ -103,6 +103,8 @@ DEEP = {"name": "gpt3-13b", "layers": 8, "hidden": 256, "heads": 4, "ffn": 1024,
     ({"schedule": "interleaved", "vpp": 2}, {}),
     ({"schedule": "1f1b", "overlap_param_gather": True, "zero": 1}, {"bandwidth_sharing": False}),
     ({"schedule": "zb-h1", "tp": 2}, {"exact": True, "granularity": "op"}),
+    ({"schedule": "dynamic", "tp": 2, "sequence_parallel": True}, {"granularity": "layer"}),
+    ({"schedule": "gpipe", "zero": 3}, {}),
 ])
 def test_deep_pipelines_share_chunks_and_copies_exactly(strategy: dict[str, Any], simulation: dict[str, Any],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
