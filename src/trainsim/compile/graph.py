@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from operator import attrgetter, itemgetter
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..strategy.schedules import dynamic_orders, schedule_order
 from ..strategy.tree import StrategyTree
@@ -148,7 +148,7 @@ class ExecutionGraph:
         self.queues[(cls, self.stream[t])].append(t)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Flow:
     """A task's link demand while build_graph builds the graph, in its `flow_demand` (_resolve_flows maps it
     onto resources at the end): latency, work seconds by link key and the classes taking part, or the task
@@ -239,25 +239,18 @@ class TaskTable:
         return k
 
 
-@dataclass
-class _Shape:
+class _Item(NamedTuple):
     """Where a schedule item's tasks of interest are, as offsets from a base task (build_graph `placed`): the
     first and last task of its body (what receives and sends activations: not offload loads / stores), the
     body's first compute task (its first task where it has none), the phase's last task and the pipeline
-    send (-1: none)."""
+    send (-1: none); and, for an item copied in bulk, its block of template rows (the offsets are the
+    block's), empty for one added task by task."""
 
     first: int
     last_body: int
     first_compute: int
     last: int
     send: int
-
-
-@dataclass
-class _ItemBlock(_Shape):
-    """A schedule item's tasks as a block of template rows (build_graph appends a copy per micro-batch) and
-    its shape as offsets in the block."""
-
     rows: range = range(0)
 
 
@@ -889,7 +882,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
     group_of: dict[tuple[tuple[str, ...], int], tuple[int, ...]] = {}  # (axes, rank) -> group ranks
     # where each schedule item went, (class, chunk, phase, micro-batch) -> (base, shape): its tasks of
     # interest are base + the shape's offsets (added in bulk: base is the copy's first task; one by one: 0)
-    placed: dict[tuple[int, int, str, int], tuple[int, _Shape]] = {}
+    placed: dict[tuple[int, int, str, int], tuple[int, _Item]] = {}
     last_b: dict[int, int] = {}
     grad_tasks: dict[int, list[int]] = defaultdict(list)
     chunks = program.chunks
@@ -964,7 +957,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
 
     table = TaskTable()  # the rows of the items' blocks
 
-    def item_block(ch: ChunkProgram, ph: str, cid: int, rank: int, send: _Send | None) -> _ItemBlock | None:
+    def item_block(ch: ChunkProgram, ph: str, cid: int, rank: int, send: _Send | None) -> _Item | None:
         """A schedule item's tasks (chunk `ch`'s phase `ph` on `rank`, then its send) as a block: what
         `add_item` adds for it, but for names, micro-batch and the dependencies on other items (a W's on its
         B, added after the copy). None where an item needs `add_item` (a W without weight gradients)."""
@@ -997,12 +990,10 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                              (start + body[-1],), comm_op="send_recv", comm_bytes=send_bytes,
                              comm_ranks=(rank, dst), flow=flow)
             sent -= start
-        return _ItemBlock(body[0], body[-1], first_compute, last, sent, range(start, len(table)))
+        return _Item(body[0], body[-1], first_compute, last, sent, range(start, len(table)))
 
-    def add_copies(items: list[tuple[int, int, str, int]], blocks: list[_ItemBlock]) -> None:
+    def add_copies(items: list[tuple[int, int, str, int]], blocks: list[_Item]) -> None:
         """Add the schedule items `items` (class, chunk, phase, micro-batch), copies of `blocks`, in bulk."""
-        if not items:
-            return
         bases = g.add_copies(table, [b.rows for b in blocks], [f"{ph}{mb} c{c} " for _, c, ph, mb in items],
                              [mb for _, _, _, mb in items])
         placed.update(zip(items, zip(bases, blocks, strict=True), strict=True))
@@ -1059,7 +1050,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             sent = g.add(f"{ph}{mb} c{c} {send_label(send_bytes)}", "p2p", Stream.P2P, "pp", dur, (cid,),
                          [body[-1]], mb, comm_op="send_recv", comm_bytes=send_bytes, comm_ranks=(rank, dst))
             note_flow(sent, demand)
-        placed[(cid, c, ph, mb)] = (0, _Shape(body[0], body[-1], first_compute, ids[-1], sent))
+        placed[(cid, c, ph, mb)] = (0, _Item(body[0], body[-1], first_compute, ids[-1], sent))
 
     dynamic = _htae_orders(chunks, m, sched.max_ongoing_micro_batch) if sched.kind == "dynamic" else None
     for rank in reps:
@@ -1075,7 +1066,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 last_item_of_chunk[(ph, vc)] = idx
         # per (phase, virtual chunk): its send (the same for every micro-batch) and block (none in exact mode)
         sends: dict[tuple[str, int], _Send | None] = {}
-        blocks: dict[tuple[str, int], _ItemBlock | None] = {}
+        blocks: dict[tuple[str, int], _Item | None] = {}
         for ph, vc in dict.fromkeys((ph, vc) for ph, _, vc in order):
             sends[(ph, vc)] = send_of(vc * pp + r, ph, rank)
             if _COPY_ITEMS and not exact:
@@ -1096,7 +1087,8 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         reports = set(range(0, len(order), 256)) if progress is not None else set()  # every 256 items
         start = 0
         for stop in [*sorted(single | reports), len(order)]:
-            add_copies(items[start:stop], copied[start:stop])  # type: ignore[arg-type]
+            if start < stop:
+                add_copies(items[start:stop], copied[start:stop])  # type: ignore[arg-type]
             start = stop
             if progress is not None and stop in reports:
                 progress(len(g))
