@@ -8,10 +8,13 @@ extra allocation while running and its net allocation once done.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, chain, repeat
+from operator import attrgetter, itemgetter
+from typing import NamedTuple, Protocol
 
 from ..strategy.schedules import dynamic_orders, schedule_order
 from ..strategy.tree import StrategyTree
@@ -95,6 +98,36 @@ class ExecutionGraph:
             self.queues[(c, stream)].append(t)
         return t
 
+    def add_copies(self, table: TaskTable, blocks: list[range], prefixes: list[str], mbs: list[int]
+                   ) -> list[int]:
+        """Append a copy of each block (a range of `table`'s rows), in turn: copy i for micro-batch `mbs[i]`,
+        its tasks named `prefixes[i]` + their labels, their dependencies shifted onto the copy. What `add` per
+        task gives, in bulk, one column at a time at C speed (a pipeline repeats the same few blocks for every
+        micro-batch, and a copy is a task or two: any work per copy costs about what `add` does).
+        Returns each copy's first task."""
+        start = len(self.name)
+        lens = [len(b) for b in blocks]
+        bases = list(accumulate(lens, initial=start))
+        end = bases.pop()
+        if end == start:
+            return bases
+        rows = _picker(list(chain.from_iterable(blocks)))  # a new task's value: its template row's, or
+        of_copy = _picker(list(chain.from_iterable(map(repeat, range(len(blocks)), lens))))  # its copy's
+        self.name.extend(map(operator.add, of_copy(prefixes), rows(table.labels)))
+        for column in _TEMPLATE_COLUMNS:
+            getattr(self, column).extend(rows(getattr(table, column)))
+        self.parts.extend([None if p is None else dict(p) for p in rows(table.parts)])  # each task its own
+        self.deps.extend([([t - back[0]] if len(back) == 1 else [t - b for b in back]) if back else []
+                          for t, back in zip(range(start, end), rows(table.back), strict=True)])
+        self.micro_batch.extend(of_copy(mbs))
+        queue_of = rows(table.queue)
+        for q in dict.fromkeys(queue_of):  # each (participants, stream) pair's new tasks, first used first
+            tasks = [t for t, x in zip(range(start, end), queue_of, strict=True) if x == q]
+            classes, stream = table.queues[q]
+            for c in classes:
+                self.queues[(c, stream)].extend(tasks)
+        return bases
+
     def stream_name(self, stream: int) -> str:
         """Display name of a stream: the Stream enum's name, else the graph's own (trace streams)."""
         if stream < len(STREAM_NAMES):
@@ -113,6 +146,112 @@ class ExecutionGraph:
         self.participants[t] = (*self.participants[t], cls)
         self.deps[t].extend(d for d in deps if d not in self.deps[t])
         self.queues[(cls, self.stream[t])].append(t)
+
+
+@dataclass(eq=False, slots=True)
+class _Flow:
+    """A task's link demand while build_graph builds the graph, in its `flow_demand` (_resolve_flows maps it
+    onto resources at the end): latency, work seconds by link key and the classes taking part, or the task
+    whose participants they are (-1: `classes`; a collective in exact mode gains participants later)."""
+
+    latency_s: float
+    work: dict[str, float]
+    classes: tuple[int, ...]
+    task: int = -1
+
+
+# build_graph adds the common schedule item as a bulk copy of its chunk-phase's block; off (tests): every item
+# task by task, the reference the copies are checked against
+_COPY_ITEMS = True
+
+# the columns a copy of a template row takes as they are (ExecutionGraph.add_copies)
+_TEMPLATE_COLUMNS = ("kind", "stream", "category", "duration_s", "participants", "mem_peak_bytes",
+                     "mem_net_bytes", "host_s", "host_path_s", "flow_latency_s", "flow_demand", "comm_op",
+                     "comm_bytes", "comm_ranks")
+
+
+def _picker(index: list[int]) -> Callable[[Sequence], Sequence]:
+    """values -> [values[i] for i in index], at C speed (operator.itemgetter; one index gives a scalar)."""
+    if len(index) == 1:
+        return lambda values: (values[index[0]],)
+    return itemgetter(*index)
+
+
+@dataclass
+class TaskTable:
+    """Template tasks as rows of ExecutionGraph's columns (less the micro-batch), to copy in bulk with
+    `ExecutionGraph.add_copies`: `labels` are the names after a copy's prefix; `back`, per dependency, how
+    many tasks before the task it is; `queue` indexes `queues`, the (participants, stream) pairs."""
+
+    labels: list[str] = field(default_factory=list)
+    kind: list[str] = field(default_factory=list)
+    stream: list[int] = field(default_factory=list)
+    category: list[str] = field(default_factory=list)
+    duration_s: list[float] = field(default_factory=list)
+    parts: list[dict[str, float] | None] = field(default_factory=list)
+    participants: list[tuple[int, ...]] = field(default_factory=list)
+    back: list[tuple[int, ...]] = field(default_factory=list)
+    mem_peak_bytes: list[float] = field(default_factory=list)
+    mem_net_bytes: list[float] = field(default_factory=list)
+    host_s: list[float] = field(default_factory=list)
+    host_path_s: list[float] = field(default_factory=list)
+    flow_latency_s: list[float] = field(default_factory=list)
+    flow_demand: list[object] = field(default_factory=list)
+    comm_op: list[str] = field(default_factory=list)
+    comm_bytes: list[float] = field(default_factory=list)
+    comm_ranks: list[tuple[int, ...]] = field(default_factory=list)
+    queue: list[int] = field(default_factory=list)
+    queues: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
+    _queue_ids: dict[tuple[tuple[int, ...], int], int] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def add(self, label: str, kind: str, stream: int, category: str, duration_s: float,
+            classes: tuple[int, ...], deps: tuple[int, ...], parts: dict[str, float] | None = None,
+            mem_peak: float = 0.0, mem_net: float = 0.0, host_s: float = 0.0,
+            host_path_s: float | None = None, comm_op: str = "", comm_bytes: float = 0.0,
+            comm_ranks: tuple[int, ...] = (), flow: object = None) -> int:
+        """Append one row (ExecutionGraph.add's arguments, `deps` as rows of this table; `flow`: what its
+        copies' `flow_demand` holds, their latency 0 meanwhile); its row."""
+        k = len(self.labels)
+        self.labels.append(label)
+        self.kind.append(kind)
+        self.stream.append(stream)
+        self.category.append(category)
+        self.duration_s.append(duration_s)
+        self.parts.append(parts)
+        self.participants.append(classes)
+        self.back.append(tuple(k - d for d in deps))
+        self.mem_peak_bytes.append(mem_peak)
+        self.mem_net_bytes.append(mem_net)
+        self.host_s.append(host_s)
+        self.host_path_s.append(max(duration_s, host_s) if host_path_s is None else host_path_s)
+        self.flow_latency_s.append(0.0)
+        self.flow_demand.append(flow)
+        self.comm_op.append(comm_op)
+        self.comm_bytes.append(comm_bytes)
+        self.comm_ranks.append(comm_ranks)
+        if (classes, stream) not in self._queue_ids:
+            self._queue_ids[(classes, stream)] = len(self.queues)
+            self.queues.append((classes, stream))
+        self.queue.append(self._queue_ids[(classes, stream)])
+        return k
+
+
+class _Item(NamedTuple):
+    """Where a schedule item's tasks of interest are, as offsets from a base task (build_graph `placed`): the
+    first and last task of its body (what receives and sends activations: not offload loads / stores), the
+    body's first compute task (its first task where it has none), the phase's last task and the pipeline
+    send (-1: none); and, for an item copied in bulk, its block of template rows (the offsets are the
+    block's), empty for one added task by task."""
+
+    first: int
+    last_body: int
+    first_compute: int
+    last: int
+    send: int
+    rows: range = range(0)
 
 
 @dataclass
@@ -141,6 +280,10 @@ class _Spec:
 
 Demand = tuple[float, dict[str, float]]
 """(latency_s, {link key: work seconds}) of one communication call alone (cost.comm `demand`)."""
+
+
+_Send = tuple[float, float, int, Demand | None]
+"""A pipeline send: seconds, bytes, destination rank, link demand."""
 
 
 class FlowSource(Protocol):
@@ -199,12 +342,13 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
     i = 0
     while i < len(steps):
         a = steps[i]
+        fork = a.deps is not None and len(a.deps) == 1 and a.kind == "compute" and i + 1 < len(steps)
         k = i + 2  # steps[i + 1] (the first collective) carries the fork's explicit deps
-        while k < len(steps) and steps[k].deps is None and steps[k].stream in streams and steps[k].kind == "collective":
+        while fork and k < len(steps) and steps[k].deps is None and steps[k].stream in streams \
+                and steps[k].kind == "collective":
             k += 1
         c = steps[k] if k < len(steps) else None
-        fork = (a.kind == "compute" and a.deps is not None and len(a.deps) == 1 and i + 1 < len(steps)
-                and c is not None and steps[i + 1].kind == "collective"
+        fork = (fork and c is not None and steps[i + 1].kind == "collective"
                 and steps[i + 1].deps == a.deps and steps[i + 1].stream in streams and c.kind == "compute"
                 and c.deps == (i, k - 1) and refs[i] == 1 and all(refs[j] == (1 if j == k - 1 else 0)
                                                                    for j in range(i + 1, k)))
@@ -244,10 +388,9 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
     for n, s in enumerate(out):
         if s.deps is not None:
             deps = tuple(remap[d] for d in s.deps)
-            if s.parts is not None or deps != s.deps:
-                s = out[n] = Step(**{**s.__dict__, "deps": deps})
-            if deps == (n - 1,):
-                out[n] = Step(**{**s.__dict__, "deps": None})
+            if s.parts is not None or deps != s.deps or deps == (n - 1,):
+                # a copy (made once); deps None: the previous step
+                out[n] = Step(**{**s.__dict__, "deps": None if deps == (n - 1,) else deps})
     return out
 
 
@@ -273,74 +416,117 @@ def coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_strea
     return _coarsen(steps, granularity, keep_anchors, merge_streams, demand_of)[0]
 
 
-def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_streams: frozenset[int],
-             demand_of: Callable[[Step], Demand | None] | None = None) -> tuple[list[_Spec], _Naming]:
-    """coarsen, and how it named the specs."""
-    naming = _Naming()
+@dataclass
+class _Prepared:
+    """A step list made ready for coarsen's chain fusion, which is the same with and without anchors: the
+    steps after fork-join fusion, per step the original steps its label joins, its link demand as a spec
+    starting at it carries it (latency, work; None: none) and the steps another step names as a dependency."""
+
+    steps: list[Step]
+    origins: list[tuple[int, ...]]
+    flows: list[tuple[float, dict[str, float]] | None]
+    referenced: set[int]
+
+
+def _prepare(steps: list[Step], granularity: str, merge_streams: frozenset[int],
+             demand_of: Callable[[Step], Demand | None] | None = None) -> _Prepared:
+    """coarsen's first half: fork-join fusion and the steps' link demands."""
     fused_work: dict[int, dict[str, float]] = {}
+    origins: list[tuple[int, ...]] = []
     if granularity != "op" and Stream.FEATURE in merge_streams:
-        steps = _fuse_fork_join(steps, merge_streams, demand_of, fused_work, naming.origins)
+        steps = _fuse_fork_join(steps, merge_streams, demand_of, fused_work, origins)
     else:
-        naming.origins = [(i,) for i in range(len(steps))]
-    referenced = {d for s in steps if s.deps for d in s.deps}
+        origins = [(i,) for i in range(len(steps))]
+    flows: list[tuple[float, dict[str, float]] | None] = [None] * len(steps)
+    if demand_of is not None:
+        for i, s in enumerate(steps):
+            if i in fused_work:
+                flows[i] = (0.0, fused_work[i])
+            elif s.kind == "collective":
+                flows[i] = fit_demand(demand_of(s), s.duration_s)
+    return _Prepared(steps, origins, flows, {d for s in steps if s.deps for d in s.deps})
+
+
+def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_streams: frozenset[int],
+             demand_of: Callable[[Step], Demand | None] | None = None,
+             prepared: _Prepared | None = None) -> tuple[list[_Spec], _Naming]:
+    """coarsen, and how it named the specs; `prepared`: _prepare's result for these arguments, if at hand."""
+    if prepared is None:
+        prepared = _prepare(steps, granularity, merge_streams, demand_of)
+    steps, flows, referenced = prepared.steps, prepared.flows, prepared.referenced
+    naming = _Naming(prepared.origins)
     out: list[_Spec] = []
     remap: dict[int, int] = {}
-    first_label: list[str] = []  # each spec's first step's label (a fused spec is named "first .. last")
     fused: set[int] = set()
     op_level, by_layer = granularity == "op", granularity != "auto"
     prev: _Spec | None = None
+    # the spec being built (prev) while it absorbs a chain: its running values, written back when it ends
+    # (plain locals: a chain is most of a chunk at auto granularity)
+    kind, stream, bucket, last, anchor = "", 0, None, -1, -1
+    parts: dict[str, float] | None = None
+    duration = host = host_path = mem_peak = mem_net = 0.0
+    flow: dict[str, float] | None = None
+
+    def finish(sp: _Spec) -> None:
+        """Write the running values back into the spec that absorbed steps up to `last`."""
+        sp.parts, sp.duration_s, sp.host_s, sp.host_path_s = parts, duration, host, host_path
+        sp.mem_peak, sp.mem_net, sp.grad_bucket, sp.index = mem_peak, mem_net, bucket, last
+        sp.kind, sp.stream, sp.flow, sp.flow_latency_s, sp.comm_op, sp.comm_bytes = (
+            "compute", Stream.COMPUTE, flow, 0.0, "", 0.0)
+        sp.label = sp.label + " .. " + steps[last].label
+        fused.add(len(out) - 1)
+        naming.last[-1], naming.bucket[-1] = last, anchor
+
     for i, s in enumerate(steps):
-        flow: dict[str, float] | None = None
-        flow_latency = 0.0
-        if demand_of is not None:
-            if i in fused_work:
-                flow = dict(fused_work[i])
-            elif s.kind == "collective":
-                fitted = fit_demand(demand_of(s), s.duration_s)
-                if fitted is not None:
-                    flow_latency, flow = fitted[0], dict(fitted[1])
         if (not op_level and prev is not None and s.deps is None and s.stream in merge_streams
-                and prev.stream in merge_streams and (i - 1) not in referenced
-                and not (keep_anchors and prev.grad_bucket) and prev.kind != "p2p"
+                and stream in merge_streams and (i - 1) not in referenced
+                and not (keep_anchors and bucket) and kind != "p2p"
                 and (not by_layer or steps[i - 1].layer == s.layer)):
-            parts = prev.parts or {prev.category: prev.duration_s}
+            dur = s.duration_s
+            parts = parts or {prev.category: duration}
             if s.parts:
                 for cat, sec in s.parts.items():
                     parts[cat] = parts.get(cat, 0.0) + sec
             else:
-                parts[s.category] = parts.get(s.category, 0.0) + s.duration_s
-            prev.parts = parts
-            prev.mem_peak = max(prev.mem_peak, prev.mem_net + s.alloc_bytes)
-            prev.mem_net += s.alloc_bytes - s.free_bytes
-            prev.host_path_s = max(prev.host_path_s + s.duration_s, prev.host_s + max(s.duration_s, s.host_s))
-            prev.duration_s += s.duration_s
-            prev.host_s += s.host_s
-            prev.grad_bucket = s.grad_bucket or (None if keep_anchors else prev.grad_bucket)
-            prev.index = i
-            prev.kind = "compute"
-            prev.stream = Stream.COMPUTE
-            prev.flow = _add_work(prev.flow, flow)
-            prev.flow_latency_s = 0.0
-            prev.comm_op, prev.comm_bytes = "", 0.0
-            prev.label = first_label[-1] + " .. " + s.label
-            fused.add(len(out) - 1)
+                parts[s.category] = parts.get(s.category, 0.0) + dur
+            mem_peak = max(mem_peak, mem_net + s.alloc_bytes)
+            mem_net += s.alloc_bytes - s.free_bytes
+            host_path = max(host_path + dur, host + max(dur, s.host_s))
+            duration += dur
+            host += s.host_s
+            bucket = s.grad_bucket or (None if keep_anchors else bucket)
+            kind, stream, last = "compute", Stream.COMPUTE, i
+            demand = flows[i]
+            if demand is not None and demand[1]:  # the spec's own dict: summed into in place
+                flow = flow if flow is not None else {}
+                for link, w in demand[1].items():
+                    flow[link] = flow.get(link, 0.0) + w
             remap[i] = len(out) - 1
-            naming.last[-1] = i
             if s.grad_bucket:
-                naming.bucket[-1] = i
+                anchor = i
             elif keep_anchors:
-                naming.bucket[-1] = -1
+                anchor = -1
         else:
+            if prev is not None and last > prev.index:
+                finish(prev)
             remap[i] = len(out)
-            prev = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s, dict(s.parts) if s.parts else None,
-                         max(s.alloc_bytes, 0.0), s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
+            demand = flows[i]
+            flow_latency, flow = (demand[0], dict(demand[1])) if demand is not None else (0.0, None)
+            prev = _Spec(s.label, s.kind, s.stream, s.category, s.duration_s,
+                         dict(s.parts) if s.parts else None, max(s.alloc_bytes, 0.0),
+                         s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
                          s.host_s, max(s.duration_s, s.host_s), flow_latency, flow, s.collective or s.access,
                          s.size_bytes)
             out.append(prev)
-            first_label.append(s.label)
+            kind, stream, bucket, last = prev.kind, prev.stream, prev.grad_bucket, i
+            anchor = i if s.grad_bucket else -1
+            parts, duration, host, host_path = prev.parts, prev.duration_s, prev.host_s, prev.host_path_s
+            mem_peak, mem_net = prev.mem_peak, prev.mem_net
             naming.first.append(i)
             naming.last.append(i)
-            naming.bucket.append(i if s.grad_bucket else -1)
+            naming.bucket.append(anchor)
+    if prev is not None and last > prev.index:
+        finish(prev)
     for sp in out:
         if sp.deps is not None:
             sp.deps = tuple(remap[d] for d in sp.deps)
@@ -360,33 +546,155 @@ def _renamed(specs: list[_Spec], naming: _Naming, steps: list[Step]) -> list[_Sp
     out = []
     for j, sp in enumerate(specs):
         first, last, bucket = naming.first[j], naming.last[j], naming.bucket[j]
-        out.append(replace(sp, label=label(first) if first == last else label(first) + " .. " + label(last),
-                           grad_bucket=steps[naming.origins[bucket][-1]].grad_bucket if bucket >= 0 else None))
+        name = label(first) if first == last else label(first) + " .. " + label(last)
+        anchored = steps[naming.origins[bucket][-1]].grad_bucket if bucket >= 0 else None
+        out.append(_Spec(**{**vars(sp), "label": name, "grad_bucket": anchored}))
     return out
 
 
+# the fields of a step that coarsen reads as they are (_signature)
+_SIGNATURE_FIELDS = attrgetter("kind", "stream", "category", "deps", "duration_s", "host_s", "alloc_bytes",
+                               "free_bytes", "axes", "collective", "access", "size_bytes")
+
+
 def _signature(steps: list[Step], demand_of: Callable[[Step], Demand | None] | None) -> tuple:
-    """Everything coarsen reads of a step list but the names: two chunks with equal signatures coarsen to the
-    same specs (a layer shows as the order in which it first appears, which is all coarsen compares)."""
-    sig = []
+    """Everything coarsen reads of a step list but the names and the layers: two chunks with equal signatures
+    coarsen to the same specs, at layer granularity if their layers appear in the same order too
+    (`_layer_order`: auto fuses across layers, op fuses nothing). Field by field over the steps (attrgetter:
+    C speed), the few that need a look of their own apart."""
+    parts = tuple([(i, tuple(p.items())) for i, p in enumerate(map(attrgetter("parts"), steps)) if p])
+    demands: tuple = ()
+    if demand_of is not None:
+        found = [demand_of(s) for s in steps if s.kind == "collective"]
+        demands = tuple([(d[0], tuple(d[1].items())) if d else None for d in found])
+    buckets = tuple(map(bool, map(attrgetter("grad_bucket"), steps)))
+    return tuple(map(_SIGNATURE_FIELDS, steps)), buckets, parts, demands
+
+
+def _layer_order(steps: list[Step]) -> tuple[int, ...]:
+    """Each step's layer as the order in which it first appears (all that coarsen compares of layers)."""
     layers: dict[str, int] = {}
-    for s in steps:
-        demand = demand_of(s) if demand_of is not None and s.kind == "collective" else None
-        sig.append((s.kind, s.stream, s.category, s.deps, s.duration_s, s.host_s, s.alloc_bytes, s.free_bytes,
-                    bool(s.grad_bucket), s.axes, s.collective, s.access, s.size_bytes,
-                    tuple(s.parts.items()) if s.parts else None, layers.setdefault(s.layer, len(layers)),
-                    (demand[0], tuple(demand[1].items())) if demand else None))
-    return tuple(sig)
+    return tuple([layers.setdefault(layer, len(layers)) for layer in map(attrgetter("layer"), steps)])
+
+
+class _ChunkSpecs:
+    """Each chunk's phases coarsened into specs, for build_graph (one per graph: no state outlives it). A
+    chunk-phase whose steps equal an earlier one's but for their names (the same _signature) is coarsened
+    once and renamed (_renamed); zero bubble splits a chunk's backward into B and W like an earlier chunk's
+    whose backward is the same but for the names, keeping of its own steps only what names the specs."""
+
+    def __init__(self, granularity: str, merge: frozenset[int], zero_bubble: bool,
+                 demand_of: Callable[[ChunkProgram], Callable[[Step], Demand | None] | None]) -> None:
+        self.granularity, self.merge, self.zero_bubble = granularity, merge, zero_bubble
+        self.demand_of = demand_of
+        self.by_layer = granularity not in ("auto", "op")  # auto fuses across layers, op fuses nothing
+        self.cache: dict[tuple[int, str, bool], list[_Spec]] = {}  # (chunk, phase, anchors) -> specs
+        self.distinct: dict[int, list[tuple[tuple, int]]] = {}  # step count -> signatures and their numbers
+        self.count = 0  # signatures numbered
+        self.signatures: dict[tuple[int, str], int] = {}  # (chunk, phase) -> the number of its signature
+        self.coarsened: dict[tuple[int, bool], tuple[list[_Spec], _Naming]] = {}  # (number, anchors) -> ...
+        self.prepared: dict[tuple[int, str], _Prepared] = {}  # (chunk, phase): with or without anchors
+        self.halves: dict[int, tuple[list[Step], list[Step]]] = {}  # zero bubble: chunk -> its (B, W) halves
+        self.split_like: dict[tuple, _Split] = {}  # zero bubble: backward's signature -> how it was split
+        self.named: dict[int, tuple[list[Step], list[Step]]] = {}  # ... chunk -> its steps in each half
+
+    def template(self, ch: ChunkProgram, phase: str) -> list[Step]:
+        """The steps of ch's phase (F, B, or zero bubble's B / W), to coarsen."""
+        if phase == "F":
+            return ch.fwd
+        if not self.zero_bubble:
+            return ch.bwd
+        if ch.chunk not in self.halves:
+            self.halves[ch.chunk] = split_backward(ch.bwd)
+        return self.halves[ch.chunk][0 if phase == "B" else 1]
+
+    def steps_named(self, ch: ChunkProgram, phase: str) -> list[Step]:
+        """The steps of ch's phase for their labels and gradient buckets (all _renamed reads): its template,
+        or its own steps as an earlier chunk's split put them into the half (zero bubble, `signature`)."""
+        if phase != "F" and ch.chunk in self.named:
+            return self.named[ch.chunk][0 if phase == "B" else 1]
+        return self.template(ch, phase)
+
+    def number(self, steps: list[Step], ch: ChunkProgram) -> int:
+        """The number of the signature of chunk ch's template `steps`: the first equal one's (compared with
+        those of as many steps, not hashed: hashing a signature costs more than comparing two)."""
+        sig = (_signature(steps, self.demand_of(ch)), _layer_order(steps) if self.by_layer else None)
+        alike = self.distinct.setdefault(len(steps), [])
+        for known, n in alike:
+            if known == sig:
+                return n
+        self.count += 1
+        alike.append((sig, self.count))
+        return self.count
+
+    def signature(self, ch: ChunkProgram, phase: str) -> int:
+        """The number of the signature of ch's phase. Zero bubble splits a backward unlike an earlier
+        chunk's only: what split_backward reads of it (its signature, the layers' pattern, the steps'
+        phases) decides the halves, but for the names."""
+        key = (ch.chunk, phase)
+        if key in self.signatures:
+            return self.signatures[key]
+        if not self.zero_bubble or phase == "F":
+            self.signatures[key] = self.number(self.template(ch, phase), ch)
+            return self.signatures[key]
+        backward = (_signature(ch.bwd, self.demand_of(ch)), _layer_order(ch.bwd),
+                    tuple(map(attrgetter("phase"), ch.bwd)))
+        if backward in self.split_like:
+            split = self.split_like[backward]
+            bwd = ch.bwd
+            self.named[ch.chunk] = ([bwd[i] for i in split.b_members], [bwd[i] for i in split.w_members])
+        else:
+            b_half, w_half, b_members, w_members = _split_backward(ch.bwd)
+            self.halves[ch.chunk] = (b_half, w_half)
+            split = _Split(b_members, w_members, (self.number(b_half, ch), self.number(w_half, ch)))
+            self.split_like[backward] = split
+        self.signatures[(ch.chunk, "B")], self.signatures[(ch.chunk, "W")] = split.signatures
+        return self.signatures[key]
+
+    def specs(self, ch: ChunkProgram, phase: str, anchors: bool) -> list[_Spec]:
+        """Chunk ch's phase coarsened (`anchors`: a spec ends at each gradient bucket's last step)."""
+        key = (ch.chunk, phase, anchors)
+        if key not in self.cache:
+            sig = self.signature(ch, phase)
+            if (sig, anchors) in self.coarsened:
+                made, naming = self.coarsened[(sig, anchors)]
+                self.cache[key] = _renamed(made, naming, self.steps_named(ch, phase))
+            else:
+                steps, demand_of = self.template(ch, phase), self.demand_of(ch)
+                own = (ch.chunk, phase)  # prepared from its own steps: the specs take their names
+                if own not in self.prepared:
+                    self.prepared[own] = _prepare(steps, self.granularity, self.merge, demand_of)
+                self.coarsened[(sig, anchors)] = _coarsen(steps, self.granularity, anchors, self.merge,
+                                                          demand_of, self.prepared[own])
+                self.cache[key] = self.coarsened[(sig, anchors)][0]
+        return self.cache[key]
 
 
 def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
+    """A backward template cut into its zero-bubble halves (B, W): see _split_backward."""
+    b_half, w_half, _, _ = _split_backward(steps)
+    return b_half, w_half
+
+
+@dataclass
+class _Split:
+    """How split_backward cut a backward template: the steps in each half (B, W), in order, and the numbers
+    of the halves' signatures (build_graph)."""
+
+    b_members: list[int]
+    w_members: list[int]
+    signatures: tuple[int, int]
+
+
+def _split_backward(steps: list[Step]) -> tuple[list[Step], list[Step], list[int], list[int]]:
     """A backward template cut into its zero-bubble halves (Qi et al. 2024): B, the input-gradient side
     (everything but the weight gradients: dgrad and unsplit backward steps, recompute, feature collectives)
     and W, the weight-gradient steps with what only they consume (the sequence-parallel re-gather of a saved
     input, an offloaded layer's gradient store). Both are templates of their own: a B step that waited on a
     W step (the serial chain ran dgrad, wgrad, next op) waits on that step's B-side dependencies instead;
     W's dependencies on B are dropped, since the graph builder starts a micro-batch's W after its whole B.
-    Redundant dependencies are pruned, so serial chains stay implicit (None) and coarsen as before."""
+    Redundant dependencies are pruned, so serial chains stay implicit (None) and coarsen as before. Returns
+    the halves and the steps each one is made of (indices into `steps`, in order)."""
     n = len(steps)
     deps = [tuple(s.deps) if s.deps is not None else ((i - 1,) if i > 0 else ()) for i, s in enumerate(steps)]
     in_w = [s.phase == "wgrad" for s in steps]
@@ -444,7 +752,7 @@ def split_backward(steps: list[Step]) -> tuple[list[Step], list[Step]]:
     w_members = [i for i in range(n) if in_w[i]]
     b_half = half(b_members, on_b, False)
     w_half = half(w_members, lambda d: frozenset((d,)) if in_w[d] else frozenset(), True)
-    return b_half, w_half
+    return b_half, w_half, b_members, w_members
 
 
 def _htae_orders(chunks: list[ChunkProgram], m: int, max_ongoing: int | None) -> list[list[tuple[str, int, int]]]:
@@ -525,7 +833,14 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
 
     `flows` (bandwidth sharing): fill `flow_latency_s` / `flow_demand` / `resources` from the cost
     layer's per-link work, so the engine shares links among concurrent tasks. `progress(tasks built)`
-    is called every 256 schedule items."""
+    is called every 256 schedule items.
+
+    A schedule item (a chunk's phase for one micro-batch, then its pipeline send) is the same few tasks
+    for every micro-batch: each chunk-phase's are made once as a block of template rows and the items
+    appended as copies in bulk (ExecutionGraph.add_copies); the few items that differ (exact mode's shared
+    collectives, the gradient-bucket anchors, the wait for the parameter all-gather) are added task by
+    task (add_item), the path the copies are tested against. Chunks equal but for their names are
+    coarsened once (_ChunkSpecs)."""
     tree = program.tree
     mesh = tree.mesh
     sched = tree.schedule
@@ -543,55 +858,31 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             ranks = range(s * per_stage, (s + 1) * per_stage)  # pp is the outermost mesh axis
             g.classes.append(RankClass(f"stage{s}", s, per_stage, ranks, (static_bytes or {}).get(s, 0.0)))
     merge = frozenset({Stream.COMPUTE}) if exact else frozenset({Stream.COMPUTE, Stream.FEATURE})
-    spec_cache: dict[tuple[int, str, bool], list[_Spec]] = {}
-
-    task_flow: dict[int, Demand] = {}  # task -> (latency, work by link key), resolved to resources at the end
+    stage_demands: dict[int, Callable[[Step], Demand | None]] = {}  # by pipeline rank
 
     def step_demand_of(ch: ChunkProgram) -> Callable[[Step], Demand | None] | None:
+        """A step's link demand on chunk ch's stage (None: no bandwidth sharing)."""
         if flows is None:
             return None
-        stage_rank = mesh.rank({"pp": ch.pp_rank})
-        return lambda step: flows.step_demand(step, stage_rank)
+        if ch.pp_rank not in stage_demands:
+            stage_rank = mesh.rank({"pp": ch.pp_rank})
+            stage_demands[ch.pp_rank] = lambda step: flows.step_demand(step, stage_rank)
+        return stage_demands[ch.pp_rank]
 
     def note_flow(t: int, demand: Demand | None) -> None:
-        if demand is not None and demand[1] and t not in task_flow:
-            task_flow[t] = demand
+        """Task t's link demand, to map onto resources at the end (_resolve_flows)."""
+        if demand is not None and demand[1] and g.flow_demand[t] is None:
+            g.flow_demand[t] = _Flow(demand[0], demand[1], (), t)  # type: ignore[call-overload]
 
     zero_bubble = sched.kind == "zb-h1"
-    halves: dict[int, tuple[list[Step], list[Step]]] = {}  # zero bubble: chunk -> its backward's (B, W)
-
-    def template(ch: ChunkProgram, phase: str) -> list[Step]:
-        if phase == "F":
-            return ch.fwd
-        if not zero_bubble:
-            return ch.bwd
-        if ch.chunk not in halves:
-            halves[ch.chunk] = split_backward(ch.bwd)
-        return halves[ch.chunk][0 if phase == "B" else 1]
-
-    signatures: dict[tuple[int, str], tuple] = {}
-    by_signature: dict[tuple[tuple, bool], tuple[list[_Spec], _Naming]] = {}  # identical chunks coarsen once
-
-    def specs(ch: ChunkProgram, phase: str, anchors: bool) -> list[_Spec]:
-        key = (ch.chunk, phase, anchors)
-        if key not in spec_cache:
-            steps, demand_of = template(ch, phase), step_demand_of(ch)
-            if (ch.chunk, phase) not in signatures:
-                signatures[(ch.chunk, phase)] = _signature(steps, demand_of)
-            shared = (signatures[(ch.chunk, phase)], anchors)
-            if shared in by_signature:
-                made, naming = by_signature[shared]
-                spec_cache[key] = _renamed(made, naming, steps)
-            else:
-                by_signature[shared] = _coarsen(steps, granularity, anchors, merge, demand_of)
-                spec_cache[key] = by_signature[shared][0]
-        return spec_cache[key]
+    chunk_specs = _ChunkSpecs(granularity, merge, zero_bubble, step_demand_of)
+    specs = chunk_specs.specs
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance
     group_of: dict[tuple[tuple[str, ...], int], tuple[int, ...]] = {}  # (axes, rank) -> group ranks
-    # (class, chunk, phase, micro-batch) -> (first body task, last body task, first compute task or -1)
-    first_last: dict[tuple[int, int, str, int], tuple[int, int, int]] = {}
-    p2p: dict[tuple[int, int, str, int], int] = {}
+    # where each schedule item went, (class, chunk, phase, micro-batch) -> (base, shape): its tasks of
+    # interest are base + the shape's offsets (added in bulk: base is the copy's first task; one by one: 0)
+    placed: dict[tuple[int, int, str, int], tuple[int, _Item]] = {}
     last_b: dict[int, int] = {}
     grad_tasks: dict[int, list[int]] = defaultdict(list)
     chunks = program.chunks
@@ -600,12 +891,16 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
     def cls_of(rank: int) -> int:
         return rank if exact else mesh.coords(rank)["pp"]
 
+    def group(axes: tuple[str, ...], rank: int) -> tuple[int, ...]:
+        """The ranks of `rank`'s group over `axes`."""
+        if (axes, rank) not in group_of:
+            group_of[(axes, rank)] = tuple(mesh.group_ranks(axes, rank)) if axes else (rank,)
+        return group_of[(axes, rank)]
+
     def collective_task(name: str, stream: int, cat: str, dur: float, cid: int, rank: int, axes: tuple[str, ...],
                         deps: list[int], mb: int, key: tuple, extra: tuple[int, ...] = (), op: str = "",
                         size: float = 0.0) -> int:
-        if (axes, rank) not in group_of:
-            group_of[(axes, rank)] = tuple(mesh.group_ranks(axes, rank)) if axes else (rank,)
-        members = group_of[(axes, rank)]
+        members = group(axes, rank)
         comm = {"comm_op": op, "comm_bytes": size, "comm_ranks": members}
         if not exact:
             return g.add(name, "collective", stream, cat, dur, (cid, *extra), deps, mb, **comm)
@@ -645,72 +940,165 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                                         ("post", ch.chunk, s.label, s.axes), op=s.collective, size=s.size_bytes)
                     note_flow(t, step_flow(ch, s))
                     param_gather[(cid, ch.chunk)].append(t)
+
+    def send_of(c: int, ph: str, rank: int) -> _Send | None:
+        """Chunk c's pipeline send after phase ph on `rank`; None: none (the last chunk's forward and the
+        first chunk's backward send nothing, nor does W)."""
+        if not ((ph == "F" and c < n_chunks - 1) or (ph == "B" and c > 0)):
+            return None
+        ch = chunks[c]
+        dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
+        dst = mesh.rank({**mesh.coords(rank), "pp": ((c + 1) if ph == "F" else (c - 1)) % pp})
+        return (dur, ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes, dst,
+                fit_demand(flows.send_demand(c, ph), dur) if flows is not None else None)
+
+    def send_label(send_bytes: float) -> str:
+        return f"send {send_bytes / 1e6:.1f} MB"
+
+    table = TaskTable()  # the rows of the items' blocks
+
+    def item_block(ch: ChunkProgram, ph: str, cid: int, rank: int, send: _Send | None) -> _Item | None:
+        """A schedule item's tasks (chunk `ch`'s phase `ph` on `rank`, then its send) as a block: what
+        `add_item` adds for it, but for names, micro-batch and the dependencies on other items (a W's on its
+        B, added after the copy). None where an item needs `add_item` (a W without weight gradients)."""
+        todo = specs(ch, ph, False)
+        if not todo:
+            return None
+        start = len(table)
+        for j, sp in enumerate(todo):
+            previous = (start + j - 1,) if j else ()  # deps None: the previous spec
+            deps = tuple(start + d for d in sp.deps) if sp.deps is not None else previous
+            flow = _Flow(sp.flow_latency_s, sp.flow, (cid,)) if sp.flow else None
+            if sp.kind == "collective":
+                table.add(sp.label, "collective", sp.stream, sp.category, sp.duration_s, (cid,), deps, None,
+                          max(0.0, sp.mem_peak), sp.mem_net, sp.host_s, sp.host_path_s, comm_op=sp.comm_op,
+                          comm_bytes=sp.comm_bytes, comm_ranks=group(sp.axes, rank), flow=flow)
+            else:
+                table.add(sp.label, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps,
+                          dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net, sp.host_s,
+                          sp.host_path_s, comm_op=sp.comm_op, comm_bytes=sp.comm_bytes,
+                          comm_ranks=(rank,) if sp.comm_op else (), flow=flow)
+        last = len(todo) - 1
+        streams = table.stream[start:]
+        body = [k for k, x in enumerate(streams) if x != Stream.MEMORY] or list(range(len(todo)))
+        first_compute = next((k for k in body if streams[k] == Stream.COMPUTE), body[0])
+        sent = -1
+        if send is not None:
+            dur, send_bytes, dst, demand = send
+            flow = _Flow(*demand, (cid,)) if demand is not None and demand[1] else None
+            sent = table.add(send_label(send_bytes), "p2p", Stream.P2P, "pp", dur, (cid,),
+                             (start + body[-1],), comm_op="send_recv", comm_bytes=send_bytes,
+                             comm_ranks=(rank, dst), flow=flow)
+            sent -= start
+        return _Item(body[0], body[-1], first_compute, last, sent, range(start, len(table)))
+
+    def add_copies(items: list[tuple[int, int, str, int]], blocks: list[_Item]) -> None:
+        """Add the schedule items `items` (class, chunk, phase, micro-batch), copies of `blocks`, in bulk."""
+        bases = g.add_copies(table, [b.rows for b in blocks], [f"{ph}{mb} c{c} " for _, c, ph, mb in items],
+                             [mb for _, _, _, mb in items])
+        placed.update(zip(items, zip(bases, blocks, strict=True), strict=True))
+        if zero_bubble:
+            for (cid, c, ph, mb), base in zip(items, bases, strict=True):
+                if ph == "W":  # a micro-batch's W starts after its whole B (Qi et al. 2024)
+                    b_base, b_shape = placed[(cid, c, "B", mb)]
+                    g.deps[base].append(b_base + b_shape.last_body)
+
+    def add_item(cid: int, rank: int, c: int, ph: str, mb: int, anchors: bool, send: _Send | None) -> None:
+        """Add one schedule item's tasks one by one: what its block's copy would be, in exact mode with a
+        collective shared by the ranks taking part, anchoring gradient buckets (their all-reduce after
+        the task that finishes them) and the first forward's wait for the parameter all-gather."""
+        ch = chunks[c]
+        ids: list[int] = []
+        todo = specs(ch, ph, anchors)
+        if ph == "W":
+            b_base, b_shape = placed[(cid, c, "B", mb)]
+            b_last = b_base + b_shape.last_body
+        if ph == "W" and not todo:  # a chunk without weight gradients: an empty W keeps the bookkeeping
+            ids.append(g.add(f"W{mb} c{c} (no weight gradients)", "compute", Stream.COMPUTE, "compute", 0.0,
+                             (cid,), [b_last], mb))
+        for j, sp in enumerate(todo):
+            deps = [ids[d] for d in sp.deps] if sp.deps is not None else ([ids[-1]] if ids else [])
+            if ph == "W" and not ids:  # a micro-batch's W starts after its whole B (Qi et al. 2024)
+                deps.append(b_last)
+            name = f"{ph}{mb} c{c} {sp.label}"
+            if sp.kind == "collective":
+                t = collective_task(name, sp.stream, sp.category, sp.duration_s, cid, rank, sp.axes, deps, mb,
+                                    (c, ph, mb, j), op=sp.comm_op, size=sp.comm_bytes)
+                g.mem_peak_bytes[t] = max(g.mem_peak_bytes[t], sp.mem_peak)
+                g.mem_net_bytes[t] = sp.mem_net
+                g.host_s[t] = sp.host_s
+                g.host_path_s[t] = sp.host_path_s
+            else:
+                t = g.add(name, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps, mb,
+                          dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net, sp.host_s,
+                          sp.host_path_s, comm_op=sp.comm_op, comm_bytes=sp.comm_bytes,
+                          comm_ranks=(rank,) if sp.comm_op else ())
+            if sp.flow:
+                note_flow(t, (sp.flow_latency_s, sp.flow))
+            ids.append(t)
+            if anchors and sp.grad_bucket:
+                grad_sync(ch, cid, rank, t, sp.grad_bucket)
+        if ph == "F" and mb == 0 and param_gather.get((cid, c)):
+            ids.append(g.add(f"F0 c{c} wait for parameter all-gather", "compute", Stream.COMPUTE, "dp", 0.0,
+                             (cid,), [ids[-1], *param_gather[(cid, c)]], mb))
+        # offload loads/stores (MEMORY stream) neither receive nor send activations
+        body = [t for t in ids if g.stream[t] != Stream.MEMORY] or ids
+        first_compute = next((t for t in body if g.stream[t] == Stream.COMPUTE), body[0])
+        sent = -1
+        if send is not None:
+            dur, send_bytes, dst, demand = send
+            sent = g.add(f"{ph}{mb} c{c} {send_label(send_bytes)}", "p2p", Stream.P2P, "pp", dur, (cid,),
+                         [body[-1]], mb, comm_op="send_recv", comm_bytes=send_bytes, comm_ranks=(rank, dst))
+            note_flow(sent, demand)
+        placed[(cid, c, ph, mb)] = (0, _Item(body[0], body[-1], first_compute, ids[-1], sent))
+
     dynamic = _htae_orders(chunks, m, sched.max_ongoing_micro_batch) if sched.kind == "dynamic" else None
     for rank in reps:
         cid = cls_of(rank)
         r = mesh.coords(rank)["pp"]
         order = dynamic[r] if dynamic is not None else schedule_order(sched.kind, pp, m, r, v,
                                                                           sched.max_ongoing_micro_batch)
-        sends: dict[tuple[int, str], tuple[float, float, int, Demand | None]] = {}  # this rank's, per chunk
         # the last backward item (B; zero bubble: B and W, each anchoring the gradient buckets it finishes)
         # of each chunk: its gradients are complete there
         last_item_of_chunk: dict[tuple[str, int], int] = {}
         for idx, (ph, _mb, vc) in enumerate(order):
             if ph != "F":
                 last_item_of_chunk[(ph, vc)] = idx
-        for idx, (ph, mb, vc) in enumerate(order):
-            if progress is not None and not idx & 255:
+        # per (phase, virtual chunk): its send (the same for every micro-batch) and block (none in exact mode)
+        sends: dict[tuple[str, int], _Send | None] = {}
+        blocks: dict[tuple[str, int], _Item | None] = {}
+        for ph, vc in dict.fromkeys((ph, vc) for ph, _, vc in order):
+            sends[(ph, vc)] = send_of(vc * pp + r, ph, rank)
+            if _COPY_ITEMS and not exact:
+                blocks[(ph, vc)] = item_block(chunks[vc * pp + r], ph, cid, rank, sends[(ph, vc)])
+            else:
+                blocks[(ph, vc)] = None
+        items = [(cid, vc * pp + r, ph, mb) for ph, mb, vc in order]
+        copied = [blocks[(ph, vc)] for ph, _, vc in order]
+        # one by one (add_item): the items without a block, those anchoring gradient buckets and the first
+        # forward of a chunk waiting for the parameter all-gather
+        anchoring = set(last_item_of_chunk.values()) if tree.overlap_grad_reduce and has_grad else set()
+        for idx in anchoring:
+            copied[idx] = None
+        for vc in range(v):
+            if param_gather.get((cid, vc * pp + r)):
+                copied[order.index(("F", 0, vc))] = None
+        single = {idx for idx, block in enumerate(copied) if block is None}
+        reports = set(range(0, len(order), 256)) if progress is not None else set()  # every 256 items
+        start = 0
+        for stop in [*sorted(single | reports), len(order)]:
+            if start < stop:
+                add_copies(items[start:stop], copied[start:stop])  # type: ignore[arg-type]
+            start = stop
+            if progress is not None and stop in reports:
                 progress(len(g))
-            c = vc * pp + r
-            ch = chunks[c]
-            anchors = ph != "F" and tree.overlap_grad_reduce and has_grad and idx == last_item_of_chunk.get((ph, vc))
-            ids: list[int] = []
-            todo = specs(ch, ph, anchors)
-            if ph == "W" and not todo:  # a chunk without weight gradients: an empty W keeps the bookkeeping
-                ids.append(g.add(f"W{mb} c{c} (no weight gradients)", "compute", Stream.COMPUTE, "compute", 0.0,
-                                 (cid,), [first_last[(cid, c, "B", mb)][1]], mb))
-            for j, sp in enumerate(todo):
-                deps = [ids[d] for d in sp.deps] if sp.deps is not None else ([ids[-1]] if ids else [])
-                if ph == "W" and not ids:  # a micro-batch's W starts after its whole B (Qi et al. 2024)
-                    deps.append(first_last[(cid, c, "B", mb)][1])
-                name = f"{ph}{mb} c{c} {sp.label}"
-                if sp.kind == "collective":
-                    t = collective_task(name, sp.stream, sp.category, sp.duration_s, cid, rank, sp.axes, deps, mb,
-                                        (c, ph, mb, j), op=sp.comm_op, size=sp.comm_bytes)
-                    g.mem_peak_bytes[t] = max(g.mem_peak_bytes[t], sp.mem_peak)
-                    g.mem_net_bytes[t] = sp.mem_net
-                    g.host_s[t] = sp.host_s
-                    g.host_path_s[t] = sp.host_path_s
-                else:
-                    t = g.add(name, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps, mb,
-                              dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net, sp.host_s,
-                              sp.host_path_s, comm_op=sp.comm_op, comm_bytes=sp.comm_bytes,
-                              comm_ranks=(rank,) if sp.comm_op else ())
-                if sp.flow:
-                    note_flow(t, (sp.flow_latency_s, sp.flow))
-                ids.append(t)
-                if anchors and sp.grad_bucket:
-                    grad_sync(ch, cid, rank, t, sp.grad_bucket)
-            if ph == "F" and mb == 0 and param_gather.get((cid, c)):
-                ids.append(g.add(f"F0 c{c} wait for parameter all-gather", "compute", Stream.COMPUTE, "dp", 0.0,
-                                 (cid,), [ids[-1], *param_gather[(cid, c)]], mb))
-            # offload loads/stores (MEMORY stream) neither receive nor send activations
-            body = [t for t in ids if g.stream[t] != Stream.MEMORY] or ids
-            first_compute = next((t for t in body if g.stream[t] == Stream.COMPUTE), -1)
-            first_last[(cid, c, ph, mb)] = (body[0], body[-1], first_compute)
-            if ph != "F":
-                last_b[cid] = ids[-1]
-            if (ph == "F" and c < n_chunks - 1) or (ph == "B" and c > 0):
-                if (c, ph) not in sends:  # what a chunk's send is does not depend on the micro-batch
-                    dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
-                    dst = mesh.rank({**mesh.coords(rank), "pp": ((c + 1) if ph == "F" else (c - 1)) % pp})
-                    sends[(c, ph)] = (dur, ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes, dst,
-                                      fit_demand(flows.send_demand(c, ph), dur) if flows is not None else None)
-                dur, send_bytes, dst, demand = sends[(c, ph)]
-                p2p[(cid, c, ph, mb)] = t = g.add(f"{ph}{mb} c{c} send {send_bytes / 1e6:.1f} MB", "p2p",
-                                                  Stream.P2P, "pp", dur, (cid,), [body[-1]], mb,
-                                                  comm_op="send_recv", comm_bytes=send_bytes, comm_ranks=(rank, dst))
-                note_flow(t, demand)
+            if stop in single:
+                ph, mb, vc = order[stop]
+                add_item(cid, rank, vc * pp + r, ph, mb, stop in anchoring, sends[(ph, vc)])
+                start = stop + 1
+        ph, mb, vc = next(item for item in reversed(order) if item[0] != "F")
+        base, shape = placed[(cid, vc * pp + r, ph, mb)]
+        last_b[cid] = base + shape.last
         if has_grad and not tree.overlap_grad_reduce:
             for vc in sorted({vc for _, vc in last_item_of_chunk}, reverse=True):
                 grad_sync(chunks[vc * pp + r], cid, rank, last_b[cid], None)
@@ -731,7 +1119,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         compute behind a pipeline receive it waits on directly (p2p_host_sync), so the sync must not
         depend on how finely the body was cut into tasks."""
         g.deps[first].append(send)
-        if first_compute >= 0 and first_compute != first and send not in g.deps[first_compute]:
+        if first_compute != first and send not in g.deps[first_compute]:
             g.deps[first_compute].append(send)
 
     for rank in reps:
@@ -739,14 +1127,18 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         r = mesh.coords(rank)["pp"]
         for vc in range(v):
             c = vc * pp + r
+            before = peer(rank, (c - 1) % pp)
+            after = peer(rank, (c + 1) % pp)
             for mb in range(m):
-                f0, f1, fc = first_last[(cid, c, "F", mb)]
-                b0, _, bc = first_last[(cid, c, "B", mb)]
+                f_base, f = placed[(cid, c, "F", mb)]
+                b_base, b = placed[(cid, c, "B", mb)]
                 if c > 0:
-                    receive(f0, fc, p2p[(peer(rank, (c - 1) % pp), c - 1, "F", mb)])
+                    s_base, s = placed[(before, c - 1, "F", mb)]
+                    receive(f_base + f.first, f_base + f.first_compute, s_base + s.send)
                 if c < n_chunks - 1:
-                    receive(b0, bc, p2p[(peer(rank, (c + 1) % pp), c + 1, "B", mb)])
-                g.deps[b0].append(f1)
+                    s_base, s = placed[(after, c + 1, "B", mb)]
+                    receive(b_base + b.first, b_base + b.first_compute, s_base + s.send)
+                g.deps[b_base + b.first].append(f_base + f.last_body)
 
     # tied embedding / LM-head gradients are summed across the first and last stage (Megatron)
     emb = [ch for ch in chunks if ch.embedding_grad_bytes > 0]
@@ -784,7 +1176,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                                     ("post", ch.chunk, s.label, s.axes))
                 note_flow(t, step_flow(ch, s))
     if flows is not None:
-        _resolve_flows(g, task_flow, flows.block_gpus or {"nic": flows.gpus_per_node})
+        _resolve_flows(g, flows.block_gpus or {"nic": flows.gpus_per_node})
     return g
 
 
@@ -796,10 +1188,11 @@ def _blocks(ranks: range, span: int) -> range | set[int]:
     return {r // span for r in ranks}
 
 
-def _resolve_flows(g: ExecutionGraph, task_flow: dict[int, Demand], block_gpus: dict[str, int]) -> None:
-    """Map link keys onto the graph's resources: a GPU's own links are one resource per rank class
-    (its ranks' links, symmetric); a shared key (the NICs, a level's port) is one resource per set of
-    classes with ranks in the same block of `block_gpus[key]` consecutive ranks."""
+def _resolve_flows(g: ExecutionGraph, block_gpus: dict[str, int]) -> None:
+    """Map link keys onto the graph's resources (the tasks' `flow_demand` holds a _Flow each until then): a
+    GPU's own links are one resource per rank class (its ranks' links, symmetric); a shared key (the NICs, a
+    level's port) is one resource per set of classes with ranks in the same block of `block_gpus[key]`
+    consecutive ranks. Resources are numbered in the order the tasks first use them."""
     shared: dict[str, list[list[str]]] = {}  # key -> per class: names of its blocks' resources
     for key, span in block_gpus.items():
         in_block: dict[int, set[int]] = defaultdict(set)
@@ -812,14 +1205,28 @@ def _resolve_flows(g: ExecutionGraph, task_flow: dict[int, Demand], block_gpus: 
             sets = {tuple(sorted(in_block[b])) for b in bs}
             per_class.append([f"{key}:" + "+".join(f"c{x}" for x in s) for s in sorted(sets)])
         shared[key] = per_class
-    for t, (latency, work) in task_flow.items():
-        by_id: dict[int, float] = {}
-        for c in g.participants[t]:
-            for key, w in work.items():
-                names = shared[key][c] if key in shared else [f"{key}@c{c}"]
-                ids = [g.resource_id(x) for x in names]
-                for rid in ids:
-                    if w > by_id.get(rid, 0.0):
-                        by_id[rid] = w
-        g.flow_latency_s[t] = latency
-        g.flow_demand[t] = tuple(sorted(by_id.items()))
+    # the copies of a template row share its _Flow: resolve each once, in task order (dict.fromkeys keeps
+    # the first use's), and the same participants and work once; then replace each task's _Flow by its
+    # resources and set its latency (at C speed: nearly every task of a pipeline has a link demand)
+    by_flow: dict[_Flow | None, tuple[tuple[int, float], ...] | None] = {None: None}
+    latency: dict[_Flow, float] = {}
+    by_work: dict[tuple, tuple[tuple[int, float], ...]] = {}
+    for flow in dict.fromkeys(g.flow_demand):
+        if flow is None:
+            continue
+        assert isinstance(flow, _Flow)
+        classes = flow.classes if flow.task < 0 else g.participants[flow.task]
+        key = (classes, tuple(flow.work.items()))
+        if key not in by_work:
+            by_id: dict[int, float] = {}
+            for c in classes:
+                for link, w in flow.work.items():
+                    names = shared[link][c] if link in shared else [f"{link}@c{c}"]
+                    for rid in [g.resource_id(x) for x in names]:
+                        if w > by_id.get(rid, 0.0):
+                            by_id[rid] = w
+            by_work[key] = tuple(sorted(by_id.items()))
+        by_flow[flow] = by_work[key]
+        latency[flow] = flow.latency_s
+    g.flow_latency_s[:] = map(latency.get, g.flow_demand, g.flow_latency_s)
+    g.flow_demand[:] = map(by_flow.__getitem__, g.flow_demand)
