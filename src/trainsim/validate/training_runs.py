@@ -19,6 +19,7 @@ from typing import Any
 
 from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
+from .pipeline_splits import nanotron_stage_layers
 
 REQUIRED_COLUMNS = ("case_id", "model_name", "arch", "gpu", "n_gpus", "flops_convention", "global_batch")
 
@@ -321,6 +322,20 @@ def _framework_tensors(row: dict[str, str], model: dict[str, Any], sp: bool, not
         model["sp_saves"] = "gathered"
         said.append("synchronous column linears keep their all-gathered input")
     notes["saved_tensors"] = "nanotron: " + "; ".join(said)
+
+
+def _nanotron_split(model: dict[str, Any], pp: int, vpp: int, notes: dict[str, str]) -> list[int]:
+    """nanotron's pipeline layout: layers go to ranks by compute cost, not count (pipeline_splits)."""
+    if vpp > 1:
+        raise RowSkip(SETTING, f"nanotron with vpp = {vpp} (its pipeline engine runs one chunk per rank)")
+    if model.get("mlp") != "swiglu" or not model.get("ffn") or not model.get("vocab"):
+        raise RowSkip(SETTING, "nanotron pipeline split of a non-Llama model (its block costs are per model)")
+    counts = nanotron_stage_layers(model["layers"], model["hidden"], model["heads"], model["ffn"], model["vocab"],
+                                   pp)
+    notes["pipeline_split"] = (f"nanotron balances blocks by compute cost (build_model: decoder layer 4*a*d*h + "
+                               f"3*ffn*h, lm_head v*h; a rank takes blocks until the running cost passes "
+                               f"total*(r+1)/pp): layers per stage {counts}")
+    return counts
 
 
 def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
@@ -871,6 +886,8 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if settings.stages and (pp == 1 or vpp > 1):
         raise RowSkip(SETTING, f"uneven pipeline stages with pp = {pp}, vpp = {vpp}")
     strategy.update(settings.stages)
+    if pp > 1 and not settings.stages and "nanotron" in (_cell(row, "source_group") + _cell(row, "source")).lower():
+        strategy["stage_layers"] = _nanotron_split(model, pp, vpp, notes)
     mb = _count(row, "micro_batch")
     ga = _count(row, "grad_accum")
     if mb is None:
