@@ -77,6 +77,11 @@ class ModelSpec(_Strict):
         None, description="SwiGLU as one kernel saving its input (fused) or as silu then multiply, which also "
         "keeps silu's output (unfused: PyTorch eager, nanotron's GLUActivation); default: unfused under "
         "kernels eager, else fused")
+    experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
+                                "every layer's MLP (each of model.ffn features; no shared expert); None keeps the "
+                                "model's own (0 for dense models)")
+    top_k: int | None = Field(None, ge=1, le=MAX_HEADS, description="experts each token is routed to (with "
+                              "model.experts, or a MoE model of the zoo)")
 
 
 _POOL_KEYS: dict[str, tuple[str, ...]] = {

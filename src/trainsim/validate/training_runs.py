@@ -19,6 +19,7 @@ from typing import Any
 
 from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
+from .moe_rows import moe_model_fields, moe_note
 from .pipeline_splits import nanotron_stage_layers
 
 REQUIRED_COLUMNS = ("case_id", "model_name", "arch", "gpu", "n_gpus", "flops_convention", "global_batch")
@@ -715,7 +716,7 @@ _RULES: list[tuple[str, Action]] = [
     (r"num-distributed-optimizer-instances\s*=\s*(\d+)", _dist_opt_instances),
     (r"outer-dp-sharding-strategy\s*=\s*(\w+)", _outer_dp),
     (r"megatron-fsdp-main-(?:params|grads)-dtype\s*=\s*fp32", _ok),  # as trainsim's mixed precision
-    (r"expert-tensor-parallel-size\s*=\s*\d+", _ok),  # no experts (MoE rows are skipped before): a no-op
+    (r"expert-tensor-parallel-size\s*=\s*\d+", _ok),  # checked against tp by moe_rows
     # attention kernels named by the framework's own flags
     (r"attention-backend\s*=\s*flash", _attn("flash")),
     (r"attention-backend\s*=\s*fused", _attn("cudnn")),
@@ -739,6 +740,9 @@ _RULES: list[tuple[str, Action]] = [
     (r"kv-channels\s*=\s*\d+", _ok),  # checked against hidden / heads in _row_job
     (r"multi-latent-attention\s*=\s*true|(?:q|kv)-lora-rank.*|qk-head-dim.*|qk-pos-emb-head-dim.*|v-head-dim.*",
      _skip(ARCH_MODELLED, "multi-latent attention (MLA)")),
+    # read by moe_rows (a MoE row that maps); grouped GEMMs and the router's dtype change kernels, not storage
+    (r"(?:num-experts|moe-router-topk|moe-ffn-hidden-size|moe-token-dispatcher-type)\s*=\s*\w+|"
+     r"moe-grouped-gemm(?:\s*=\s*true)?|moe-router-dtype\s*=\s*fp32", _ok),
     (r"num-experts.*|moe-.*|moe_.*|ep a2a.*|.*deepep.*", _skip(MOE, "expert layers in other_settings")),
     (r"mtp-num-layers\s*=\s*[1-9]\d*|mtp enabled.*|mtp: recipe default mtp_num_layers\s*=\s*[1-9].*",
      _skip(SETTING, "multi-token prediction layers")),
@@ -837,10 +841,16 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if not n_gpus or not gb:
         raise RowSkip("missing column", "n_gpus or global_batch")
     name = _cell(row, "model_name")
+    routed: dict[str, Any] = {}
     if not _is_resnet(name) and (moe := _moe(row, arch)):
-        raise RowSkip(MOE, f"{moe}: not mapped yet (routing and expert parallelism are a separate issue)")
+        fields = moe_model_fields(_cell(row, "other_settings"), _count(row, "tp") or 1,
+                                  _cell(row, "source_group") + " " + _cell(row, "source"))
+        if isinstance(fields, str):
+            raise RowSkip(MOE, f"{moe}: {fields}")
+        routed = fields
+        notes["mixture_of_experts"] = moe_note(fields, _cell(row, "other_settings"))
     settings = _settings(_cell(row, "other_settings"))
-    model = _model(row, arch, settings, notes)
+    model = {**_model(row, arch, settings, notes), **routed}
     cluster = _cluster(row, n_gpus, notes)
     if isinstance(cluster, str):
         raise RowSkip("GPU or cluster not expressible", cluster)

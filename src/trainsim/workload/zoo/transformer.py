@@ -34,7 +34,8 @@ NORMS = ("layernorm", "rmsnorm")
 LOSSES = ("upcast", "upcast_twice")
 SP_SAVES = ("shard", "gathered")
 GLUS = ("fused", "unfused")
-FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu")
+FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
+            "experts", "top_k")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
