@@ -77,6 +77,10 @@ class ModelSpec(_Strict):
         None, description="SwiGLU as one kernel saving its input (fused) or as silu then multiply, which also "
         "keeps silu's output (unfused: PyTorch eager, nanotron's GLUActivation); default: unfused under "
         "kernels eager, else fused")
+    head: Literal["lm", "classifier"] | None = Field(
+        None, description="the output head: lm (final norm, LM head and loss over the vocabulary; the default) or "
+        "classifier (BERT's sequence classification: pooler on the first token, 2-label linear classifier and "
+        "loss; transformers' BertForSequenceClassification)")
     experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
                                 "every layer's MLP (each of model.ffn features; no shared expert); None keeps the "
                                 "model's own (0 for dense models)")

@@ -541,8 +541,10 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
         raise RowSkip("missing column", "architecture columns (n_layers/hidden/n_heads/seq_len)")
     given = {k: v for k, v in dims.items() if v is not None}
     if "bert" in arch:
-        if re.search(r"classification head|classifier", arch):
-            raise RowSkip(ARCH_MODELLED, f"'{row.get('arch')}': the zoo's BERT has the pre-training (MLM) head")
+        if re.search(r"classification head|classifier|sequenceclassification", arch + " " + name.lower()):
+            notes["head"] = ("sequence classification (BertForSequenceClassification): pooler, 2-label classifier "
+                             "and loss, no vocabulary logits")
+            return {"name": "bert-large", "head": "classifier", **given}
         return {"name": "bert-large", **given}
     if re.search(_LLAMA, arch) or ("swiglu" in arch and not re.search(_GPT, arch)):
         family, base = "Llama", LLAMA_FEATURES
