@@ -319,7 +319,6 @@ def test_megatron_flags_describe_the_test_model() -> None:
     ("dense (hybrid (few attention layers))", "architecture not modelled"),
     ("GPT (sliding-window attention)", "architecture not modelled"),
     ("OPT (ReLU MLP, learned pos-emb)", "architecture not modelled"),
-    ("BERT encoder (post-LN, GeLU 4h, MHA) + classification head", "architecture not modelled"),
 ])
 def test_architectures_that_skip(arch: str, category: str) -> None:
     assert skip_category(_skip(arch=arch)) == category

@@ -198,7 +198,9 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
                         overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap,
                         cp_comm=s.cp_comm, dp_replicate=s.dp_replicate, first_stage_layers=s.first_stage_layers,
-                        last_stage_layers=s.last_stage_layers, p2p_scatter_gather=s.p2p_scatter_gather,
+                        last_stage_layers=s.last_stage_layers,
+                        stage_layer_counts=tuple(s.stage_layers) if s.stage_layers is not None else None,
+                        p2p_scatter_gather=s.p2p_scatter_gather,
                         offload=s.offload)
 
 

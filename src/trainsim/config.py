@@ -77,6 +77,15 @@ class ModelSpec(_Strict):
         None, description="SwiGLU as one kernel saving its input (fused) or as silu then multiply, which also "
         "keeps silu's output (unfused: PyTorch eager, nanotron's GLUActivation); default: unfused under "
         "kernels eager, else fused")
+    head: Literal["lm", "classifier"] | None = Field(
+        None, description="the output head: lm (final norm, LM head and loss over the vocabulary; the default) or "
+        "classifier (BERT's sequence classification: pooler on the first token, 2-label linear classifier and "
+        "loss; transformers' BertForSequenceClassification)")
+    experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
+                                "every layer's MLP (each of model.ffn features; no shared expert); None keeps the "
+                                "model's own (0 for dense models)")
+    top_k: int | None = Field(None, ge=1, le=MAX_HEADS, description="experts each token is routed to (with "
+                              "model.experts, or a MoE model of the zoo)")
 
 
 _POOL_KEYS: dict[str, tuple[str, ...]] = {
@@ -187,6 +196,11 @@ class StrategySpec(_Strict):
                                            "layers); the middle stages share the rest evenly")
     last_stage_layers: int | None = Field(None, ge=1, le=MAX_LAYERS, description="the same for the last stage "
                                           "(--decoder-last-pipeline-num-layers)")
+    stage_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS)]] | None = Field(
+        None, min_length=2, max_length=MAX_LAYERS, description="uneven pipeline, every stage given: transformer "
+        "layers per pipeline chunk (pp x vpp entries, in chunk order) summing to the model's layers, e.g. [14, 10] "
+        "(nanotron's compute-cost split of Llama-1B over pp 2); 0 only on an end chunk, which keeps the "
+        "embedding or the LM head")
     dp_replicate: int = Field(1, ge=1, le=MAX_GPUS, description="hybrid sharding (HSDP, FSDP2's 2-D mesh): "
                               "replicas of each sharding group; states are sharded over dp / dp_replicate ranks "
                               "and gradients all-reduced across the replicas")
@@ -226,6 +240,10 @@ class StrategySpec(_Strict):
             raise ConfigError("strategy.tp_comm_overlap", "needs tp > 1 with sequence parallelism (as in Megatron: "
                               "only its all-gathers/reduce-scatters pipeline with the GEMMs)",
                               "add --sp (and --tp > 1), or drop --tp-comm-overlap")
+        if self.stage_layers is not None and (self.first_stage_layers is not None
+                                              or self.last_stage_layers is not None):
+            raise ConfigError("strategy.stage_layers", "gives every stage's layers; first_stage_layers / "
+                              "last_stage_layers would set them twice", "keep one of the two forms")
         if self.cp_comm != "p2p" and self.cp == 1:
             raise ConfigError("strategy.cp_comm", "only applies with context parallelism (cp > 1)",
                               "add --cp, or drop --cp-comm")

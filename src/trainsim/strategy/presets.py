@@ -54,6 +54,7 @@ class ParallelSpec:
     dp_replicate: int = 1  # HSDP: replicas of each sharding group (dp / dp_replicate ranks shard the states)
     first_stage_layers: int | None = None  # uneven pipeline: transformer layers on the first / last stage
     last_stage_layers: int | None = None  # (Megatron --decoder-first/last-pipeline-num-layers)
+    stage_layer_counts: tuple[int, ...] | None = None  # transformer layers per chunk (pp x vpp), all given
     p2p_scatter_gather: bool = True  # Megatron's scatter/gather pipeline hand-off (--no-scatter-gather-... off)
     offload: str = "none"  # none | cpu | nvme | remote (parameters/gradients/optimizer states off the GPU)
 
@@ -137,9 +138,12 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
 
 
 def stage_layers(model: Model, p: ParallelSpec) -> list[int] | None:
-    """Transformer layers per pipeline stage with the first and/or last stage set apart (Megatron's
-    --decoder-first/last-pipeline-num-layers): the other stages share the rest evenly, as Megatron requires.
-    None when neither is set (the even split of `chunk_assignment`)."""
+    """Transformer layers per pipeline chunk: the list given whole (`stage_layer_counts`, strategy.stage_layers:
+    a framework's own split, such as nanotron's by compute cost), or the first and/or last stage set apart
+    (Megatron's --decoder-first/last-pipeline-num-layers) with the other stages sharing the rest evenly, as
+    Megatron requires. None when none is set (the even split of `chunk_assignment`)."""
+    if p.stage_layer_counts is not None:
+        return _listed_stage_layers(model, p)
     if p.first_stage_layers is None and p.last_stage_layers is None:
         return None
     n_blocks = sum(1 for la in model.layers if la.kind == "transformer")
@@ -161,6 +165,27 @@ def stage_layers(model: Model, p: ParallelSpec) -> list[int] | None:
     even = rest // middle if middle else 0
     return [first if first is not None and i == 0 else last if last is not None and i == p.pp - 1 else even
             for i in range(p.pp)]
+
+
+def _listed_stage_layers(model: Model, p: ParallelSpec) -> list[int]:
+    """`stage_layer_counts` checked against the model and the pipeline: one count per chunk (pp x vpp), the
+    counts summing to the transformer layers, and a chunk without layers only at either end, where the
+    embedding (first) or the final norm and LM head (last) still give it work."""
+    counts = list(p.stage_layer_counts or ())
+    field = "stage_layers"
+    n_blocks = sum(1 for la in model.layers if la.kind == "transformer")
+    chunks = p.pp * p.vpp
+    _require(n_blocks > 0, field, "per-stage layer counts need a transformer", f"drop {field}")
+    _require(p.pp > 1, field, f"needs pipeline parallelism (pp = {p.pp})", f"add --pp, or drop {field}")
+    _require(len(counts) == chunks, field, f"{len(counts)} counts for pp x vpp = {p.pp} x {p.vpp} = {chunks} "
+             "pipeline chunks", f"give exactly {chunks} counts, one per chunk in pipeline order")
+    _require(all(n >= 0 for n in counts), field, f"negative layer count in {counts}", "use counts >= 0")
+    _require(sum(counts) == n_blocks, field, f"{counts} sum to {sum(counts)}, {model.name} has {n_blocks} "
+             "transformer layers", f"make the counts sum to {n_blocks}")
+    empty = [i for i, n in enumerate(counts) if n == 0 and i not in (0, chunks - 1)]
+    _require(not empty, field, f"chunk(s) {empty} would hold no layer at all (only the end chunks keep the "
+             "embedding or the LM head)", "give every middle chunk at least one layer")
+    return counts
 
 
 def _data_axes(expert: bool) -> tuple[str, ...]:

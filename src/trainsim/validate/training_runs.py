@@ -19,6 +19,8 @@ from typing import Any
 
 from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
+from .moe_rows import moe_model_fields, moe_note
+from .pipeline_splits import nanotron_stage_layers
 
 REQUIRED_COLUMNS = ("case_id", "model_name", "arch", "gpu", "n_gpus", "flops_convention", "global_batch")
 
@@ -323,6 +325,20 @@ def _framework_tensors(row: dict[str, str], model: dict[str, Any], sp: bool, not
     notes["saved_tensors"] = "nanotron: " + "; ".join(said)
 
 
+def _nanotron_split(model: dict[str, Any], pp: int, vpp: int, notes: dict[str, str]) -> list[int]:
+    """nanotron's pipeline layout: layers go to ranks by compute cost, not count (pipeline_splits)."""
+    if vpp > 1:
+        raise RowSkip(SETTING, f"nanotron with vpp = {vpp} (its pipeline engine runs one chunk per rank)")
+    if model.get("mlp") != "swiglu" or not model.get("ffn") or not model.get("vocab"):
+        raise RowSkip(SETTING, "nanotron pipeline split of a non-Llama model (its block costs are per model)")
+    counts = nanotron_stage_layers(model["layers"], model["hidden"], model["heads"], model["ffn"], model["vocab"],
+                                   pp)
+    notes["pipeline_split"] = (f"nanotron balances blocks by compute cost (build_model: decoder layer 4*a*d*h + "
+                               f"3*ffn*h, lm_head v*h; a rank takes blocks until the running cost passes "
+                               f"total*(r+1)/pp): layers per stage {counts}")
+    return counts
+
+
 def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
     """The `optimizer` cell -> simulation keys (optimizer, optimizer_in_backward). Adam, AdamW and LAMB keep two
     moments (adam); 8-bit Adam/AdamW keeps them block-wise quantised (adam_8bit); other optimizers skip. An absent
@@ -525,8 +541,10 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
         raise RowSkip("missing column", "architecture columns (n_layers/hidden/n_heads/seq_len)")
     given = {k: v for k, v in dims.items() if v is not None}
     if "bert" in arch:
-        if re.search(r"classification head|classifier", arch):
-            raise RowSkip(ARCH_MODELLED, f"'{row.get('arch')}': the zoo's BERT has the pre-training (MLM) head")
+        if re.search(r"classification head|classifier|sequenceclassification", arch + " " + name.lower()):
+            notes["head"] = ("sequence classification (BertForSequenceClassification): pooler, 2-label classifier "
+                             "and loss, no vocabulary logits")
+            return {"name": "bert-large", "head": "classifier", **given}
         return {"name": "bert-large", **given}
     if re.search(_LLAMA, arch) or ("swiglu" in arch and not re.search(_GPT, arch)):
         family, base = "Llama", LLAMA_FEATURES
@@ -700,7 +718,7 @@ _RULES: list[tuple[str, Action]] = [
     (r"num-distributed-optimizer-instances\s*=\s*(\d+)", _dist_opt_instances),
     (r"outer-dp-sharding-strategy\s*=\s*(\w+)", _outer_dp),
     (r"megatron-fsdp-main-(?:params|grads)-dtype\s*=\s*fp32", _ok),  # as trainsim's mixed precision
-    (r"expert-tensor-parallel-size\s*=\s*\d+", _ok),  # no experts (MoE rows are skipped before): a no-op
+    (r"expert-tensor-parallel-size\s*=\s*\d+", _ok),  # checked against tp by moe_rows
     # attention kernels named by the framework's own flags
     (r"attention-backend\s*=\s*flash", _attn("flash")),
     (r"attention-backend\s*=\s*fused", _attn("cudnn")),
@@ -724,6 +742,9 @@ _RULES: list[tuple[str, Action]] = [
     (r"kv-channels\s*=\s*\d+", _ok),  # checked against hidden / heads in _row_job
     (r"multi-latent-attention\s*=\s*true|(?:q|kv)-lora-rank.*|qk-head-dim.*|qk-pos-emb-head-dim.*|v-head-dim.*",
      _skip(ARCH_MODELLED, "multi-latent attention (MLA)")),
+    # read by moe_rows (a MoE row that maps); grouped GEMMs and the router's dtype change kernels, not storage
+    (r"(?:num-experts|moe-router-topk|moe-ffn-hidden-size|moe-token-dispatcher-type)\s*=\s*\w+|"
+     r"moe-grouped-gemm(?:\s*=\s*true)?|moe-router-dtype\s*=\s*fp32", _ok),
     (r"num-experts.*|moe-.*|moe_.*|ep a2a.*|.*deepep.*", _skip(MOE, "expert layers in other_settings")),
     (r"mtp-num-layers\s*=\s*[1-9]\d*|mtp enabled.*|mtp: recipe default mtp_num_layers\s*=\s*[1-9].*",
      _skip(SETTING, "multi-token prediction layers")),
@@ -822,10 +843,16 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if not n_gpus or not gb:
         raise RowSkip("missing column", "n_gpus or global_batch")
     name = _cell(row, "model_name")
+    routed: dict[str, Any] = {}
     if not _is_resnet(name) and (moe := _moe(row, arch)):
-        raise RowSkip(MOE, f"{moe}: not mapped yet (routing and expert parallelism are a separate issue)")
+        fields = moe_model_fields(_cell(row, "other_settings"), _count(row, "tp") or 1,
+                                  _cell(row, "source_group") + " " + _cell(row, "source"))
+        if isinstance(fields, str):
+            raise RowSkip(MOE, f"{moe}: {fields}")
+        routed = fields
+        notes["mixture_of_experts"] = moe_note(fields, _cell(row, "other_settings"))
     settings = _settings(_cell(row, "other_settings"))
-    model = _model(row, arch, settings, notes)
+    model = {**_model(row, arch, settings, notes), **routed}
     cluster = _cluster(row, n_gpus, notes)
     if isinstance(cluster, str):
         raise RowSkip("GPU or cluster not expressible", cluster)
@@ -871,6 +898,8 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if settings.stages and (pp == 1 or vpp > 1):
         raise RowSkip(SETTING, f"uneven pipeline stages with pp = {pp}, vpp = {vpp}")
     strategy.update(settings.stages)
+    if pp > 1 and not settings.stages and "nanotron" in (_cell(row, "source_group") + _cell(row, "source")).lower():
+        strategy["stage_layers"] = _nanotron_split(model, pp, vpp, notes)
     mb = _count(row, "micro_batch")
     ga = _count(row, "grad_accum")
     if mb is None:

@@ -60,18 +60,23 @@ def transformer_config(name: str, features: Mapping[str, Any] | None = None, **d
         if base.max_positions is not None:
             fields["max_positions"] = max(base.max_positions, int(given["seq_len"]))
     cfg = with_features(replace(base, **fields), features)
-    _check_heads(cfg, given)
+    _check_heads(cfg, given, features)
     return cfg
 
 
-def _check_heads(cfg: TransformerConfig, given: dict[str, int | None]) -> None:
-    """Heads must divide hidden and kv heads must divide heads; the error names the overridden key."""
+def _check_heads(cfg: TransformerConfig, given: dict[str, int | None], features: Mapping[str, Any] | None = None
+                 ) -> None:
+    """Heads must divide hidden and kv heads must divide heads, and a MoE routes each token to at most its
+    experts; the error names the overridden key."""
     if cfg.head_size is None and cfg.hidden % cfg.heads:
         field = "model.heads" if "heads" in given or "hidden" not in given else "model.hidden"
         divisors = [d for d in range(1, min(cfg.hidden, 256) + 1) if cfg.hidden % d == 0][-6:]
         fix = (f"use a head count dividing {cfg.hidden} (e.g. {', '.join(map(str, divisors))})"
                if field == "model.heads" else f"use a hidden size that is a multiple of {cfg.heads}")
         raise ConfigError(field, f"{cfg.heads} attention heads do not divide hidden size {cfg.hidden}", fix)
+    if (cfg.experts and cfg.top_k > cfg.experts) or (not cfg.experts and (features or {}).get("top_k") is not None):
+        raise ConfigError("model.top_k", f"routes each token to {cfg.top_k} of {cfg.experts} experts",
+                          "set model.experts (a mixture of experts) with top_k at most the experts")
     if cfg.heads % cfg.kv:
         field = "model.kv_heads" if "kv_heads" in given or "heads" not in given else "model.heads"
         divisors = [d for d in range(1, cfg.heads + 1) if cfg.heads % d == 0]

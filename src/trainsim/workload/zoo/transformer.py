@@ -34,7 +34,8 @@ NORMS = ("layernorm", "rmsnorm")
 LOSSES = ("upcast", "upcast_twice")
 SP_SAVES = ("shard", "gathered")
 GLUS = ("fused", "unfused")
-FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu")
+FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
+            "experts", "top_k", "head")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -63,6 +64,7 @@ class TransformerConfig:
     sp_saves: str = "shard"  # shard: SP keeps linear inputs sharded (Megatron) | gathered: whole (nanotron sync)
     glu: str | None = None  # fused: SwiGLU saves its input only | unfused: also silu's output; None: per kernels
     causal: bool = True
+    head: str = "lm"  # lm: final norm, LM head and loss over the vocabulary | classifier: see _classifier_head
     experts: int = 0  # >0: every layer's MLP is a mixture of experts
     top_k: int = 2
     capacity_factor: float = 1.0
@@ -284,6 +286,41 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
     return Layer("head", "head", ops, tied_to="embedding" if tied else None, tied_op="lm_head" if tied else None)
 
 
+CLASSIFIER_LABELS = 2
+"""Labels of the sequence-classification head: transformers' PretrainedConfig.num_labels default (2), which
+AutoModelForSequenceClassification keeps unless num_labels is given."""
+HEADS = ("lm", "classifier")
+
+
+def _classifier_head(cfg: TransformerConfig, b: int, s: int) -> Layer:
+    """BERT's sequence-classification head (transformers BertForSequenceClassification): BertPooler takes the
+    first token's hidden state, a dense h x h layer and tanh; dropout; a linear classifier to the labels; the
+    cross-entropy over b x labels. No final norm (post-LN BERT's blocks end in their own LayerNorm) and no
+    vocabulary logits. Next to the encoder it is tiny: h*h + h + (h + 1) * labels parameters (1.05M of
+    bert-large's 335M) and a few b x h tensors saved (the pooler's input rows, tanh's output, the dropout mask
+    and the classifier's input).
+
+    The (h + 1) x labels classifier is carried as extra parameters of the pooler, its saved input on the last
+    element-wise op, and its 2*b*h*labels FLOPs are left out: a b x labels GEMM is one launch-bound kernel,
+    which the GEMM efficiency curve (cost/compute.py, tiles of 128 x 128) would price at its tile-filling
+    worst."""
+    h, n = cfg.hidden, CLASSIFIER_LABELS
+    classifier_input = SavedTensor("classifier_input", ("b", "p"))
+    ops = [
+        Op("pooler", OpKind.MATMUL, {"b": b, "s": s, "h": h, "p": h}, (("b", "s", "h"),), ("b", "p"),
+           weight=("p", "h"), extra_params=h + (h + 1) * n, flop_dims=("b", "h", "p"),
+           saved=(SavedTensor("input", ("b", "h")),)),
+        Op("pooler_act", OpKind.ELEMENTWISE, {"b": b, "p": h}, (("b", "p"),), ("b", "p"), flops_per_point=4.0,
+           saved=(SavedTensor("output", ("b", "p")),) + (() if cfg.dropout else (classifier_input,))),
+    ]
+    if cfg.dropout:
+        ops.append(Op("pooler_dropout", OpKind.ELEMENTWISE, {"b": b, "p": h}, (("b", "p"),), ("b", "p"),
+                      flops_per_point=1.0, saved=(SavedTensor("mask", ("b", "p"), 1.0), classifier_input)))
+    ops.append(Op("loss", OpKind.LOSS, {"b": b, "p": h, "n": n}, (("b", "p"),), ("b",), flop_dims=("b", "n"),
+                  flops_per_point=4.0, saved=(SavedTensor("logits", ("b", "n"), 4.0),), bwd_flops_factor=1.0))
+    return Layer("head", "head", ops)
+
+
 def _loss_temporaries(cfg: TransformerConfig) -> tuple[SavedTensor, ...]:
     """What the cross-entropy holds at its peak beside the fp32 softmax it saves (4 bytes per logit).
 
@@ -329,7 +366,7 @@ def _check_features(cfg: TransformerConfig) -> None:
     for key, value, known in (("mlp", cfg.mlp, MLPS), ("position", cfg.position, POSITIONS),
                               ("norm", cfg.norm, NORMS), ("kernels", cfg.kernels, KERNELS),
                               ("loss", cfg.loss, LOSSES), ("sp_saves", cfg.sp_saves, SP_SAVES),
-                              ("glu", cfg.glu or "fused", GLUS)):
+                              ("glu", cfg.glu or "fused", GLUS), ("head", cfg.head, HEADS)):
         if value not in known:
             raise ConfigError(f"model.{key}", f"unknown {key} '{value}' for {cfg.name or 'the model'}",
                               f"use one of {', '.join(known)}")
@@ -355,7 +392,8 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     if cfg.position == "learned" and cfg.max_positions and s > cfg.max_positions:
         raise ValueError(f"seq_len {s} exceeds {cfg.name}'s {cfg.max_positions} learned positions")
     cfg_s = replace(cfg, seq_len=s)
-    embedding, head = _embedding(cfg_s, batch, s), _head(cfg_s, batch, s)
+    embedding = _embedding(cfg_s, batch, s)
+    head = _classifier_head(cfg_s, batch, s) if cfg.head == "classifier" else _head(cfg_s, batch, s)
     # One block's ops, built once: ops are frozen values, so every block's own list holds the same objects
     # (the blocks differ only by name; lowering and costing key ops by value or per layer anyway).
     ops = _block_ops(cfg_s, batch, s, attention)
