@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from ..config import SimulationSpec
     from ..strategy.tree import StrategyTree
 
-# CUDA context, NCCL communicator buffers and allocator fragmentation that a training process
-# holds beyond its tensors (PyTorch reports ~0.5-1 GiB of context alone on A100/H100).
+# What a training process holds outside PyTorch's caching allocator, so beside its reserved peak: the CUDA
+# context (~0.5-1.3 GiB on A100/H100) and NCCL's communicator buffers. The allocator's own rounding and
+# fragmentation are no longer part of it: cost.allocator replays them into the reserved peak.
 RUNTIME_RESERVED_BYTES = 2 * 2**30
 
 MIB = 2**20
