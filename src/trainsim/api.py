@@ -64,6 +64,7 @@ from .sim.periodic import (
 )
 from .sim.result import (
     BREAKDOWN_KEYS,
+    COMPONENT_NAMES,
     SimulationResult,
     StageMemory,
     class_breakdowns,
@@ -226,13 +227,11 @@ def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
     if worst.fits:
         return []
     over = (worst.reserved_bytes - worst.capacity_bytes) / 2**30
-    names = {"params": "parameters", "grads": "gradients", "optimizer_states": "optimizer states",
-             "activations": "activations", "workspaces": "workspaces/buffers"}
     parts = worst.components_bytes
     big = max(parts, key=lambda k: parts[k]) if parts else ""
     tips = [f"stage {worst.stage} needs {over:.1f} GiB more than fits ({worst.reserved_bytes / 2**30:.1f} GiB "
             f"reserved of {worst.capacity_bytes / 2**30:.1f})"
-            + (f"; largest component: {names.get(big, big)}, {parts[big] / 2**30:.1f} GiB" if big else "")]
+            + (f"; largest component: {COMPONENT_NAMES.get(big, big)}, {parts[big] / 2**30:.1f} GiB" if big else "")]
     if worst.static_bytes > worst.capacity_bytes:
         need = worst.static_bytes / worst.capacity_bytes
         tips.append(f"weights, gradients and optimizer states alone take {worst.static_bytes / 2**30:.0f} GiB: shard "

@@ -17,11 +17,9 @@ from typing import Any
 
 from ..config import JobConfig
 from ..errors import ConfigError
-from ..sim.result import SimulationResult, StageMemory
+from ..sim.result import COMPONENT_NAMES, SimulationResult, StageMemory
 
 GIB = 2**30
-COMPONENT_NAMES = {"params": "parameters", "grads": "gradients", "optimizer_states": "optimizer states",
-                   "activations": "activations", "workspaces": "workspaces/buffers"}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,11 @@ _FIRST_BIT = tuple(next((i for i in range(len(COMM_PRIORITY)) if bits >> i & 1),
                    for bits in range(1 << len(COMM_PRIORITY)))  # bit mask -> its lowest bit set (or none)
 
 
+COMPONENT_NAMES = {"params": "parameters", "grads": "gradients", "optimizer_states": "optimizer states",
+                   "activations": "activations", "workspaces": "workspaces/buffers"}
+"""StageMemory.components_bytes' keys as a user reads them (the OOM advice and report)."""
+
+
 @dataclass
 class StageMemory:
     """One pipeline stage's memory. `peak_bytes` is the allocated peak (torch.cuda.max_memory_allocated: the
