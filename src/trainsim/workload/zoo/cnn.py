@@ -7,12 +7,29 @@ A conv's output channel is "k" while the next op calls its input channel "c", an
 spatial dims are "hi"/"wi" where the producer called them "p"/"q". Layouts are compared by dim name
 across op boundaries, so this would matter only to a strategy that split channels or space.
 
-Memory conventions (training, 2-byte activations):
-  conv and linear layers save their input; BatchNorm saves its input; max pool saves its input and
-  int64 argmax indices (as PyTorch's max_pool2d_with_indices does); ReLU saves a 1-byte mask. PyTorch's
-  in-place ReLU actually keeps its 2-byte output, but that storage is the very tensor the next conv (or
-  pool) saves as its input, so counting it again at 2 bytes would double count; the 1-byte mask is the
-  cost of a memory-efficient ReLU and keeps the extra small without pretending it is free.
+Memory conventions (training; bytes_per_elem at the 2-byte activation convention, scaled to the dtype):
+  each stored tensor is counted once, at the op whose backward formula holds it, as PyTorch's autograd
+  keeps it (tools/autograd/derivatives.yaml; ReluBackward1 etc. are generated from it):
+  - convolution saves `input` and `weight` (convolution_backward(grad, input, weight, ...)): the input
+    counts here, the weight is a parameter;
+  - training BatchNorm (cudnn_batch_norm / native_batch_norm) saves `input` and its per-channel
+    save_mean / save_invstd (result1, result2, fp32);
+  - in-place ReLU (relu_, torchvision's ReLU(inplace=True)) saves its result (threshold_backward(grad,
+    result, 0)), and that result is the very storage the next conv or max pool saves as its input. It is
+    counted there, so such a ReLU adds nothing; only a ReLU whose output no later op saves (the last one
+    before the average pool, whose mean backward needs only the input's shape) counts its output;
+  - the residual add (AddBackward0) saves nothing; the downsample conv saves the block input, the storage
+    conv1 already saves, so it adds nothing; its BatchNorm saves the downsample conv's output;
+  - max_pool2d_with_indices saves its input (the in-place ReLU's result) and the int64 argmax indices.
+  ResNet-50 follows these: its saved bytes equal the distinct storages PyTorch's saved-tensor hooks see
+  (tests/test_resnet_memory_rise.py) and its step peak the ResNet-50 batch-32 V100 profiler trace's
+  (benchmarks/resnet_memory_rise.py, within 1%). In fp32 the lowering doubles every saved tensor's size,
+  fixed-width ones too (int64 indices, fp32 statistics and logits): 49 MiB too many at batch 32, as
+  SavedTensor has no way to say a tensor's width does not follow the activation dtype.
+  VGG still keeps the older convention, shared with the traced front ends (workload.record: trainsim.nn,
+  torch.fx, whose tests assert the same activation memory as the zoo): every ReLU and dropout keeps a
+  1-byte mask. For the conv ReLUs that mask is extra to the storage the next conv or pool saves; the two
+  are to change together.
 Parameter counts match torchvision exactly (ResNet-50 25,557,032; VGG-16 138,357,544; VGG-19
 143,667,240) and forward conv+linear FLOPs match torchvision's published GFLOPS (which are GMACs):
 4.09 for ResNet-50, 15.47 for VGG-16, 19.63 for VGG-19 at 224x224.
@@ -39,23 +56,37 @@ def _out(size: int, kernel: int, stride: int, pad: int) -> int:
 
 
 def _conv(name: str, n: int, c: int, k: int, hw: int, kernel: int, stride: int = 1, pad: int = 0,
-          bias: bool = False) -> tuple[Op, int]:
-    """A square convolution over a square `hw` x `hw` input; returns the op and its output size."""
+          bias: bool = False, saves_input: bool = True) -> tuple[Op, int]:
+    """A square convolution over a square `hw` x `hw` input; returns the op and its output size.
+    `saves_input` False: another op of the layer already saves the same input storage (counted once)."""
     p = _out(hw, kernel, stride, pad)
     dims = {"n": n, "k": k, "c": c, "p": p, "q": p, "r": kernel, "s": kernel, "hi": hw, "wi": hw}
+    saved = (SavedTensor("input", ("n", "c", "hi", "wi")),) if saves_input else ()
     op = Op(name, OpKind.CONV, dims, (("n", "c", "hi", "wi"),), _NKPQ, weight=("k", "c", "r", "s"),
             extra_params=k if bias else 0, flop_dims=("n", "k", "c", "p", "q", "r", "s"),
-            flops_per_point=2.0, saved=(SavedTensor("input", ("n", "c", "hi", "wi")),))
+            flops_per_point=2.0, saved=saved)
     return op, p
 
 
 def _bn(name: str, n: int, k: int, p: int) -> Op:
-    """Training-mode BatchNorm2d: 2 parameters (scale, shift) per channel, saves its input."""
+    """Training-mode BatchNorm2d: 2 parameters (scale, shift) per channel; saves its input and the batch
+    mean and inverse standard deviation per channel (fp32: 4 bytes at the 2-byte convention's scale)."""
     return Op(name, OpKind.NORM, {"n": n, "k": k, "p": p, "q": p}, (_NKPQ,), _NKPQ, extra_params=2 * k,
-              flops_per_point=BN_FLOPS_PER_ELEM, saved=(SavedTensor("input", _NKPQ),))
+              flops_per_point=BN_FLOPS_PER_ELEM,
+              saved=(SavedTensor("input", _NKPQ), SavedTensor("save_mean", ("k",), 4.0),
+                     SavedTensor("save_invstd", ("k",), 4.0)))
 
 
-def _relu(name: str, n: int, k: int, p: int) -> Op:
+def _relu(name: str, n: int, k: int, p: int, keeps_output: bool = False) -> Op:
+    """In-place ReLU. Its saved result is the storage the next conv or pool saves as input (counted there);
+    `keeps_output`: no later op saves it (the network's last ReLU), so it is counted here."""
+    saved = (SavedTensor("result", _NKPQ),) if keeps_output else ()
+    return Op(name, OpKind.ELEMENTWISE, {"n": n, "k": k, "p": p, "q": p}, (_NKPQ,), _NKPQ,
+              flops_per_point=1.0, saved=saved)
+
+
+def _relu_mask(name: str, n: int, k: int, p: int) -> Op:
+    """VGG's ReLU: a 1-byte mask (VGG's convention, in the module docstring)."""
     return Op(name, OpKind.ELEMENTWISE, {"n": n, "k": k, "p": p, "q": p}, (_NKPQ,), _NKPQ,
               flops_per_point=1.0, saved=(SavedTensor("mask", _NKPQ, 1.0),))
 
@@ -87,7 +118,7 @@ def _linear(name: str, n: int, c: int, k: int) -> Op:
 
 
 def _fc_elementwise(name: str, n: int, k: int, flops: float) -> Op:
-    """ReLU or dropout after a linear layer; both keep a 1-byte mask for backward."""
+    """ReLU or dropout after a linear layer; both keep a 1-byte mask for backward (VGG's convention, below)."""
     return Op(name, OpKind.ELEMENTWISE, {"n": n, "k": k}, (("n", "k"),), ("n", "k"), flops_per_point=flops,
               saved=(SavedTensor("mask", ("n", "k"), 1.0),))
 
@@ -99,8 +130,10 @@ def _loss(n: int, classes: int) -> Op:
               bwd_flops_factor=1.0)
 
 
-def _bottleneck(name: str, n: int, c: int, width: int, hw: int, stride: int) -> tuple[Layer, int]:
-    """torchvision Bottleneck (v1.5: stride on the 3x3 conv); downsample when the shape changes."""
+def _bottleneck(name: str, n: int, c: int, width: int, hw: int, stride: int,
+                last: bool = False) -> tuple[Layer, int]:
+    """torchvision Bottleneck (v1.5: stride on the 3x3 conv); downsample when the shape changes.
+    `last`: the network's last block, whose final ReLU output no later op saves."""
     out_ch = 4 * width
     conv1, p1 = _conv("conv1", n, c, width, hw, 1)
     conv2, p2 = _conv("conv2", n, width, width, p1, 3, stride, 1)
@@ -110,12 +143,13 @@ def _bottleneck(name: str, n: int, c: int, width: int, hw: int, stride: int) -> 
            conv3, _bn("bn3", n, out_ch, p3)]
     if stride != 1 or c != out_ch:
         # Reads the block input, not the previous op's output: a second branch of the same layer.
-        down, pd = _conv("downsample.0", n, c, out_ch, hw, 1, stride)
+        # conv1 already saves the block input: the downsample conv holds the same storage
+        down, pd = _conv("downsample.0", n, c, out_ch, hw, 1, stride, saves_input=False)
         ops += [down, _bn("downsample.1", n, out_ch, pd)]
     ops += [
         Op("add", OpKind.ELEMENTWISE, {"n": n, "k": out_ch, "p": p3, "q": p3}, (_NKPQ, _NKPQ), _NKPQ,
            flops_per_point=1.0),
-        _relu("relu3", n, out_ch, p3),
+        _relu("relu3", n, out_ch, p3, keeps_output=last),
     ]
     return Layer(name, "conv", ops), p3
 
@@ -129,10 +163,12 @@ def build_resnet50(batch: int, image: int = 224) -> Model:
     hw = hw2
     children: list[Module | Layer] = [stem]
     c = 64
-    for li, (blocks, width, stride) in enumerate(((3, 64, 1), (4, 128, 2), (6, 256, 2), (3, 512, 2)), 1):
+    stages = ((3, 64, 1), (4, 128, 2), (6, 256, 2), (3, 512, 2))
+    for li, (blocks, width, stride) in enumerate(stages, 1):
         stage: list[Module | Layer] = []
         for bi in range(blocks):
-            block, hw = _bottleneck(f"layer{li}.{bi}", n, c, width, hw, stride if bi == 0 else 1)
+            last = li == len(stages) and bi == blocks - 1
+            block, hw = _bottleneck(f"layer{li}.{bi}", n, c, width, hw, stride if bi == 0 else 1, last)
             stage.append(block)
             c = 4 * width
         children.append(Module(f"layer{li}", stage))
@@ -166,7 +202,7 @@ def build_vgg(depth: int, batch: int, image: int = 224) -> Model:
         ops: list[Op] = []
         for j in range(1, convs + 1):
             conv, hw = _conv(f"conv{j}", n, c, k, hw, 3, 1, 1, bias=True)
-            ops += [conv, _relu(f"relu{j}", n, k, hw)]
+            ops += [conv, _relu_mask(f"relu{j}", n, k, hw)]
             c = k
         pool, hw = _maxpool("pool", n, k, hw, 2, 2, 0)
         ops.append(pool)
