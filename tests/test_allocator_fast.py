@@ -114,3 +114,20 @@ def test_allocator_matches_the_reference_on_random_events(expandable: bool) -> N
                 b.free(hb.pop(int(value)))
             assert (a.allocated_bytes, a.reserved_bytes) == (b.allocated_bytes, b.reserved_bytes)
         assert (a.peak_allocated_bytes, a.peak_reserved_bytes) == (b.peak_allocated_bytes, b.peak_reserved_bytes)
+
+
+def test_deep_pipeline_stages_match_the_reference() -> None:
+    """A pp 32 job (deeper than the random ones): 30 middle ranks fork off one shared warm-up, one rank at a
+    time, so `_Replay.descend`'s grouping (programs compared by identity) is exercised at every position."""
+    got = _stages({"model": {"name": "gpt3-175b"}, "cluster": {"name": "dgx-a100", "nodes": 32},
+                   "strategy": {"tp": 8, "pp": 32, "dp": 1, "global_batch": 64, "sequence_parallel": True,
+                                "recompute": "selective", "zero": 1}})
+    assert got is not None
+    stages, sched, _ = got
+    for exp in (False, True):
+        args = (sched.kind, len(stages), sched.n_micro_batch, sched.virtual_stages,
+                sched.max_ongoing_micro_batch, exp)
+        fast = replay_stages(stages, *args)
+        slow = [ref.stage_replay(chunks, static, *args) for chunks, static in stages]
+        assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
+               [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]

@@ -315,14 +315,19 @@ _STEP = attrgetter("alloc_bytes", "free_bytes", "phase")
 """What of a compile.program Step the replay reads."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Program:
     """One phase (F, B or W) of one (micro-batch, chunk) unit, compiled to allocator ops: `ops[i] >= 0`
     allocates that many rounded bytes into the unit's next slot, `~ops[i]` frees a slot (the handle list the
     unit fills as it allocates). `contained`: every slot it allocates it also frees; then, whatever the
     allocator's state, it needs no new segment when a pool's largest free block holds `need[small]` (the sum
     of its requests there, each with the unsplit remainder it may be handed), and it raises the allocated
-    counter by at most `rise` above where it starts (see `_Replay.finish`)."""
+    counter by at most `rise` above where it starts (see `_Replay.finish`).
+
+    Compared and hashed by identity (eq=False): `_Replay.descend` groups ranks by their next (unit, program)
+    at every position, and hashing the ops would cost more than the grouping saves (a pp 64 job: thousands
+    of hashes). Programs are cached per (chunk signature, phases), so ranks that run the same unit of the
+    same chunk still share one object; two equal programs of different chunks only stop being shared."""
 
     ops: tuple[int, ...]
     contained: bool
@@ -429,11 +434,14 @@ class _Replay:
         by_v = {c.vchunk: self.signature(c) for c in chunks}
         default = self.signature(chunks[0])
         phases: dict[tuple[int, int], tuple[str, ...]] = {}
+        cached, program = self._units.get, self.program  # the hot path: a cached program (see `program`)
         out = []
         for kind, mb, v in order:
             unit = (mb, v)
             ph = phases[unit] = phases.get(unit, ()) + (kind,)
-            out.append((unit, self.program(by_v.get(v, default), ph)))
+            key = (by_v.get(v, default), ph)
+            got = cached(key)
+            out.append((unit, got[0] if got is not None and got[0] is not None else program(*key)))
         return out
 
     def descend(self, a: CachingAllocator, units: dict[tuple[int, int], list[int]], stages: list[int],
