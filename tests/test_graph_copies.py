@@ -16,7 +16,7 @@ from test_templates import GRAPH_COLUMNS, small_jobs
 from trainsim.api import _stage_terms, costed_program, default_job, job_tree, parse_job
 from trainsim.compile import graph as graph_mod
 from trainsim.compile.graph import ExecutionGraph
-from trainsim.compile.program import Stream
+from trainsim.compile.program import Stream, stretch_compute
 from trainsim.errors import ConfigError
 
 
@@ -32,12 +32,15 @@ def _inputs(job: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
                             "flows": costed.flows, "static_bytes": static}
 
 
-def _build(program: Any, kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch, copies: bool, shared: bool
-           ) -> tuple[ExecutionGraph, list[int]]:
-    """The graph (and its progress reports) with bulk copies and chunk sharing on or off."""
+def _build(program: Any, kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch, copies: bool, shared: bool,
+           record: bool = True) -> tuple[ExecutionGraph, list[int]]:
+    """The graph (and its progress reports) with bulk copies and chunk sharing on or off; `record` off: chunks
+    are shared by their signatures only, not by the lowering's record of copies (ChunkCopies)."""
     reports: list[int] = []
     with monkeypatch.context() as mp:
         mp.setattr(graph_mod, "_COPY_ITEMS", copies)
+        if not shared or not record:
+            mp.setattr(program, "copies", None)
         if not shared:
             unique = iter(range(10**9))
             mp.setattr(graph_mod, "_signature", lambda steps, demand_of: (next(unique),))
@@ -77,6 +80,8 @@ def _check(job: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch, micro_ba
             graph, reports = _build(program, kw, mp, copies, shared)
         _assert_same(graph, reference)
         assert reports == reference_reports
+    graph, _ = _build(program, kw, monkeypatch, copies=True, shared=True, record=False)  # signatures only
+    _assert_same(graph, reference)
     return calls
 
 
@@ -150,3 +155,36 @@ def test_a_chunk_is_named_for_its_own_steps_whatever_was_coarsened_first(schedul
                 got = specs.specs(chunks[then], phase, anchors_then)
                 want = fresh().specs(chunks[then], phase, anchors_then)
                 assert [vars(x) for x in got] == [vars(x) for x in want]
+
+
+def test_default_job_shares_recorded_copies_without_signatures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default job's chunks that lowering copied (and annotate priced as copies) take their original's
+    signature from the record: a signature is built for the originals only, and the graph is the reference."""
+    program, kw = _inputs(None)
+    record = program.copies
+    assert record is not None and record.priced and record.priced == record.lowered
+    counts = {"_signature": 0}
+    with monkeypatch.context() as mp:
+        mp.setattr(graph_mod, "_signature", _counted(graph_mod._signature, "_signature", counts))
+        graph, _ = _build(program, kw, mp, copies=True, shared=True)
+    originals = 2 * len(program.chunks) - len(record.priced)
+    assert counts["_signature"] <= originals
+    reference, _ = _build(program, kw, monkeypatch, copies=False, shared=False)
+    _assert_same(graph, reference)
+
+
+def test_an_edited_chunk_drops_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stretch_compute edits one chunk's steps in place: its revision moves, the record no longer holds, and the
+    graph builder compares signatures again (the stretched chunk is no longer coarsened like its original)."""
+    program, kw = _inputs(None)
+    record = program.copies
+    assert record is not None
+    chunk, original = next((c, src) for (c, phase), src in record.priced.items() if phase == "fwd")
+    stretch_compute(program.chunks[chunk], 1.5)
+    assert not record.valid(program.chunks)
+    graph, _ = _build(program, kw, monkeypatch, copies=True, shared=True)
+    reference, _ = _build(program, kw, monkeypatch, copies=False, shared=False)
+    _assert_same(graph, reference)
+    stretched = [d for n, d in zip(graph.name, graph.duration_s, strict=True) if n.startswith(f"F0 c{chunk} ")]
+    like = [d for n, d in zip(graph.name, graph.duration_s, strict=True) if n.startswith(f"F0 c{original} ")]
+    assert sum(stretched) > sum(like)

@@ -439,11 +439,19 @@ def _prepare(steps: list[Step], granularity: str, merge_streams: frozenset[int],
         origins = [(i,) for i in range(len(steps))]
     flows: list[tuple[float, dict[str, float]] | None] = [None] * len(steps)
     if demand_of is not None:
+        # the repeated layers' collectives look up the same demand object with the same duration: fit each
+        # pair once (the fitted demand is only read: a spec copies the one it starts with; the memo keeps the
+        # demand it is keyed by alive, so that its id is not reused)
+        fitted: dict[tuple[int, float], tuple[Demand | None, Demand | None]] = {}
         for i, s in enumerate(steps):
             if i in fused_work:
                 flows[i] = (0.0, fused_work[i])
             elif s.kind == "collective":
-                flows[i] = fit_demand(demand_of(s), s.duration_s)
+                demand = demand_of(s)
+                key = (id(demand), s.duration_s)
+                if key not in fitted:
+                    fitted[key] = (demand, fit_demand(demand, s.duration_s))
+                flows[i] = fitted[key][1]
     return _Prepared(steps, origins, flows, {d for s in steps if s.deps for d in s.deps})
 
 
@@ -581,12 +589,21 @@ class _ChunkSpecs:
     """Each chunk's phases coarsened into specs, for build_graph (one per graph: no state outlives it). A
     chunk-phase whose steps equal an earlier one's but for their names (the same _signature) is coarsened
     once and renamed (_renamed); zero bubble splits a chunk's backward into B and W like an earlier chunk's
-    whose backward is the same but for the names, keeping of its own steps only what names the specs."""
+    whose backward is the same but for the names, keeping of its own steps only what names the specs.
+
+    `copies` ((chunk, "fwd" | "bwd") -> chunk, of `chunks`): chunk phases known to equal another's but for their
+    names, costs and link demands included (compile.program.ChunkCopies.priced, while it holds): such a phase
+    takes its original's signature without building its own. `all_copies`: they are all the copies lowering
+    made, so the other phases were lowered from distinct keys and are rarely equal: each is numbered without
+    building its signature (an equal pair is then coarsened twice, to the same specs)."""
 
     def __init__(self, granularity: str, merge: frozenset[int], zero_bubble: bool,
-                 demand_of: Callable[[ChunkProgram], Callable[[Step], Demand | None] | None]) -> None:
+                 demand_of: Callable[[ChunkProgram], Callable[[Step], Demand | None] | None],
+                 chunks: list[ChunkProgram] | None = None, copies: dict[tuple[int, str], int] | None = None,
+                 all_copies: bool = False) -> None:
         self.granularity, self.merge, self.zero_bubble = granularity, merge, zero_bubble
         self.demand_of = demand_of
+        self.chunks, self.copies, self.all_copies = chunks or [], copies or {}, all_copies
         self.by_layer = granularity not in ("auto", "op")  # auto fuses across layers, op fuses nothing
         self.cache: dict[tuple[int, str, bool], list[_Spec]] = {}  # (chunk, phase, anchors) -> specs
         self.distinct: dict[int, list[tuple[tuple, int]]] = {}  # step count -> signatures and their numbers
@@ -596,6 +613,7 @@ class _ChunkSpecs:
         self.prepared: dict[tuple[int, str], _Prepared] = {}  # (chunk, phase): with or without anchors
         self.halves: dict[int, tuple[list[Step], list[Step]]] = {}  # zero bubble: chunk -> its (B, W) halves
         self.split_like: dict[tuple, _Split] = {}  # zero bubble: backward's signature -> how it was split
+        self.split_of: dict[int, _Split] = {}  # zero bubble: chunk -> how its backward was split
         self.named: dict[int, tuple[list[Step], list[Step]]] = {}  # ... chunk -> its steps in each half
 
     def template(self, ch: ChunkProgram, phase: str) -> list[Step]:
@@ -618,6 +636,9 @@ class _ChunkSpecs:
     def number(self, steps: list[Step], ch: ChunkProgram) -> int:
         """The number of the signature of chunk ch's template `steps`: the first equal one's (compared with
         those of as many steps, not hashed: hashing a signature costs more than comparing two)."""
+        if self.all_copies:
+            self.count += 1
+            return self.count
         sig = (_signature(steps, self.demand_of(ch)), _layer_order(steps) if self.by_layer else None)
         alike = self.distinct.setdefault(len(steps), [])
         for known, n in alike:
@@ -634,8 +655,26 @@ class _ChunkSpecs:
         key = (ch.chunk, phase)
         if key in self.signatures:
             return self.signatures[key]
+        src = self.copies.get((ch.chunk, "fwd" if phase == "F" else "bwd"))
+        if src is not None:  # a recorded copy: its original's signature (and split, which reads only that)
+            number = self.signature(self.chunks[src], phase)
+            if not self.zero_bubble or phase == "F":
+                self.signatures[key] = number
+                return number
+            split = self.split_of[src]
+            bwd = ch.bwd
+            self.named[ch.chunk] = ([bwd[i] for i in split.b_members], [bwd[i] for i in split.w_members])
+            self.split_of[ch.chunk] = split
+            self.signatures[(ch.chunk, "B")], self.signatures[(ch.chunk, "W")] = split.signatures
+            return self.signatures[key]
         if not self.zero_bubble or phase == "F":
             self.signatures[key] = self.number(self.template(ch, phase), ch)
+            return self.signatures[key]
+        if self.all_copies:
+            b_half, w_half, b_members, w_members = _split_backward(ch.bwd)
+            self.halves[ch.chunk] = (b_half, w_half)
+            self.split_of[ch.chunk] = _Split(b_members, w_members, (self.number(b_half, ch), self.number(w_half, ch)))
+            self.signatures[(ch.chunk, "B")], self.signatures[(ch.chunk, "W")] = self.split_of[ch.chunk].signatures
             return self.signatures[key]
         backward = (_signature(ch.bwd, self.demand_of(ch)), _layer_order(ch.bwd),
                     tuple(map(attrgetter("phase"), ch.bwd)))
@@ -648,6 +687,7 @@ class _ChunkSpecs:
             self.halves[ch.chunk] = (b_half, w_half)
             split = _Split(b_members, w_members, (self.number(b_half, ch), self.number(w_half, ch)))
             self.split_like[backward] = split
+        self.split_of[ch.chunk] = split
         self.signatures[(ch.chunk, "B")], self.signatures[(ch.chunk, "W")] = split.signatures
         return self.signatures[key]
 
@@ -875,7 +915,14 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             g.flow_demand[t] = _Flow(demand[0], demand[1], (), t)  # type: ignore[call-overload]
 
     zero_bubble = sched.kind == "zb-h1"
-    chunk_specs = _ChunkSpecs(granularity, merge, zero_bubble, step_demand_of)
+    # lowering's and annotate's record of chunk copies, while no chunk was edited since and the link demands are
+    # the ones annotate booked (else every chunk's signature is built and compared)
+    record = program.copies
+    copies = record.priced if (record is not None and record.priced is not None and record.valid(program.chunks)
+                               and (flows is None or flows is record.book)) else None
+    chunk_specs = _ChunkSpecs(granularity, merge, zero_bubble, step_demand_of, program.chunks, copies,
+                              all_copies=copies is not None and record is not None and record.complete
+                              and copies == record.lowered)
     specs = chunk_specs.specs
 
     shared: dict[tuple, int] = {}  # exact mode: one task per collective instance

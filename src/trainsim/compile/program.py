@@ -13,7 +13,9 @@ layer that shares it (`_Templates`). So are whole chunks: the stages of a pipeli
 only in their layers' names, so a chunk's forward and backward are lowered once per distinct (layers, what
 it receives, whether it sends) and copied to the others (`_ChunkTemplate`). Each copy gets its own Step
 objects, so the later in-place edits of a step (zero-3 and offload dependencies, durations, fusion) stay with
-that step.
+that step. Which chunk phases are copies of which is recorded on the Program (`ChunkCopies`): cost.annotate
+prices an original once and copies its costs, and the graph builder coarsens it once, without comparing the
+copies step by step again.
 """
 
 from __future__ import annotations
@@ -107,6 +109,35 @@ class ChunkProgram:
     offload: str = "none"  # where its parameters, gradients and optimizer states live (compile.offload)
     # per layer: (parameters, gradients, optimizer-state parameters) this rank stores (the local counts above, by layer)
     layer_states: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    # bumped by every in-place edit of its steps after lowering (stretch_compute): a ChunkCopies record made at
+    # other revisions no longer holds (not part of the chunk's value)
+    revision: int = field(default=0, compare=False, repr=False)
+
+
+@dataclass
+class ChunkCopies:
+    """Which chunk phases lowering made as renamed copies of another chunk's, so that annotate and the graph
+    builder can reuse the work they did for the original instead of finding the equality again.
+
+    `lowered`: (chunk, "fwd" | "bwd") -> the chunk whose steps it copied ("fwd": its forward, gradient buckets
+    and post-step all-gathers; "bwd": its backward), step for step, equal but for the names of layers and ops.
+    `complete`: every chunk phase lowered with the key of an earlier one is among them (lowering with its caches
+    on, each copy made), so the others were lowered from distinct keys.
+    `priced`: those of them annotate priced by copying the original's costs (each step its duration and host
+    time, the FlowBook `book` the link demands of its stage equal to the original's); None: not annotated.
+    The record holds only while every chunk's `revision` is `revisions` (`valid`): an in-place edit of a
+    chunk's steps (stretch_compute) bumps it, and readers then compare the steps themselves as without it."""
+
+    lowered: dict[tuple[int, str], int]
+    complete: bool
+    revisions: tuple[int, ...]
+    priced: dict[tuple[int, str], int] | None = None
+    book: object | None = None
+
+    def valid(self, chunks: list[ChunkProgram]) -> bool:
+        """Whether no chunk was edited since the record was made."""
+        return len(chunks) == len(self.revisions) and all(
+            ch.revision == r for ch, r in zip(chunks, self.revisions, strict=True))
 
 
 @dataclass
@@ -119,6 +150,9 @@ class Program:
     embedding_sync_s: float = 0.0  # filled by cost.annotate
     # the lowering's op value ids, which cost.annotate reuses for its cost cache (not part of the program's value)
     op_values: OpValues | None = field(default=None, compare=False, repr=False)
+    # which chunk phases are renamed copies of others (lowering's record, for annotate and build_graph; not part
+    # of the program's value)
+    copies: ChunkCopies | None = field(default=None, compare=False, repr=False)
 
     @property
     def mesh(self) -> DeviceMesh:
@@ -128,7 +162,9 @@ class Program:
 def stretch_compute(chunk: ChunkProgram, factor: float) -> None:
     """Stretch one chunk's per-micro-batch work by `factor`, in place: its compute kernels' GPU time and the
     host (framework) time of issuing every forward and backward step, so that the stage takes `factor` times
-    longer whether the GPU or the host paces it (the learned compute model's correction, trainsim.learn)."""
+    longer whether the GPU or the host paces it (the learned compute model's correction, trainsim.learn). The
+    chunk's revision is bumped: it may no longer equal the chunks recorded as its copies (ChunkCopies)."""
+    chunk.revision += 1
     for s in (*chunk.fwd, *chunk.bwd):
         if s.stream == Stream.COMPUTE:
             s.duration_s *= factor
@@ -908,15 +944,20 @@ class _ChunkTemplate:
 
 
 def _templated(templates: dict[tuple, _ChunkTemplate], key: tuple | None, ch: ChunkProgram,
-               entries: list[Entry], forward: bool, build: Callable[[], R]) -> R:
+               entries: list[Entry], forward: bool, build: Callable[[], R],
+               copies: dict[tuple[int, str], int]) -> R:
     """Run `build` (which lowers chunk `ch`'s forward or backward) once per key; a later chunk with the key gets
-    a copy (key None: always build)."""
+    a copy, recorded in `copies` (key None: always build; a key whose steps are not copyable: built again,
+    recorded as -1)."""
     if key is None:
         return build()
     layers = [node.layer for node, _ in entries]
     t = templates.get(key)
-    if t is not None and t.copy_to(ch, layers):
-        return t.result  # type: ignore[return-value]
+    if t is not None:
+        copied = t.copy_to(ch, layers)
+        copies[(ch.chunk, "fwd" if forward else "bwd")] = t.ch.chunk if copied else -1
+        if copied:
+            return t.result  # type: ignore[return-value]
     result = build()
     if t is None:
         sizes = {f: len(getattr(ch, f)) for f in (_FORWARD_LISTS if forward else ("bwd",))}
@@ -942,6 +983,7 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
     # a chunk's forward and backward are lowered once per key and copied to the chunks with that key: its
     # layers (values, configs, recompute, tied weight on this rank), what it receives, whether it sends
     templates: dict[tuple, _ChunkTemplate] = {}
+    copies: dict[tuple[int, str], int] = {}
     keys: list[tuple | None] = []
     forwards: list[_ChunkForward] = []
     prev: Tensor | None = None
@@ -955,7 +997,7 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
         key = (lw.chunk_key(entries, tied), _tensor_key(prev), _tensor_key(received), sends) if cache else None
         keys.append(key)
         fwd = _templated(templates, key and ("fwd", *key), ch, entries, True,
-                         partial(lw.forward_chunk, ch, entries, tied, prev, received, sends))
+                         partial(lw.forward_chunk, ch, entries, tied, prev, received, sends), copies)
         forwards.append(fwd)
         prev, received = fwd.out, fwd.sent
     # the loss must end replicated (vocab-parallel cross-entropy all-reduces its statistics)
@@ -968,11 +1010,14 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
         ch, entries, key = chunks[c], by_chunk[c], keys[c]
         sends = c > 0
         grad = _templated(templates, key and ("bwd", *key, _tensor_key(grad), sends), ch, entries, False,
-                          partial(lw.backward_chunk, ch, entries, forwards[c], grad, sends))
+                          partial(lw.backward_chunk, ch, entries, forwards[c], grad, sends), copies)
     steps = [s for ch in chunks for s in (*ch.fwd, *ch.bwd)]
     replicas = mesh.world_size // mesh.pp  # ranks per pipeline stage
     return Program(tree, precision, chunks, _flops(steps, "model_flops", sched.n_micro_batch) * replicas,
-                   _flops(steps, "hw_flops", sched.n_micro_batch) * replicas, op_values=lw.templates.ops)
+                   _flops(steps, "hw_flops", sched.n_micro_batch) * replicas, op_values=lw.templates.ops,
+                   copies=ChunkCopies({k: c for k, c in copies.items() if c >= 0},
+                                      cache and all(c >= 0 for c in copies.values()),
+                                      tuple(ch.revision for ch in chunks)))
 
 
 def _flops(steps: list[Step], field: str, m: int) -> float:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
 
-from ..compile.program import Program, Step
+from ..compile.program import ChunkCopies, ChunkProgram, Program, Step
 from ..hardware.cluster import Cluster
 from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
@@ -302,9 +302,15 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     # the hot loop (every step of every chunk) reads the two caches' tables itself when they hold the step's
     # price, and asks them (which price and remember it) when they do not
     op_ids, recent, comm_times = costs.op_ids, costs.recent, pricer.times
+    record = program.copies if cache and program.copies is not None and program.copies.valid(program.chunks) \
+        else None
+    copier = _Copier(program, record, pricer) if record is not None else None
     for ch in program.chunks:
         stage_rank = mesh.rank({"pp": ch.pp_rank})
-        for s in (*ch.fwd, *ch.bwd, *ch.grad_sync, *ch.post_step):
+        copied = copier.take(ch, stage_rank) if copier is not None else ()
+        lists = [steps for phase, steps in (("fwd", ch.fwd), ("bwd", ch.bwd), ("fwd", ch.grad_sync),
+                                            ("fwd", ch.post_step)) if phase not in copied]
+        for s in [s for steps in lists for s in steps]:
             kind = s.kind
             if kind == "compute":
                 value = op_ids.get(id(s.op)) if cache else None
@@ -318,12 +324,16 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
                 if kind == "collective" and s.axes:
                     host = host_of.get(s.axes)
                     s.host_s = collective_host(s.axes) if host is None else host
+        # (a copied phase has its original's durations as these leave them)
+        adjusted = [steps for phase, steps in (("fwd", ch.fwd), ("bwd", ch.bwd)) if phase not in copied]
         if program.tree.tp_comm_overlap and mesh.tp > 1:
-            _overlap_tp_comm(ch.fwd, mesh.tp)
-            _overlap_tp_comm(ch.bwd, mesh.tp)
+            for steps in adjusted:
+                _overlap_tp_comm(steps, mesh.tp)
         if program.tree.cp_comm == "p2p" and mesh.cp > 1:
-            _ring_attention(ch.fwd, mesh.cp, compute, device, dtype)
-            _ring_attention(ch.bwd, mesh.cp, compute, device, dtype)
+            for steps in adjusted:
+                _ring_attention(steps, mesh.cp, compute, device, dtype)
+        if copier is not None:
+            copier.release(ch)
         if ch.chunk < n_chunks - 1:
             nxt = mesh.rank({"pp": (ch.pp_rank + 1) % mesh.pp})
             ch.send_fwd_s, dem = pair_time("send_recv", ch.send_fwd_bytes, stage_rank, nxt)
@@ -340,7 +350,86 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
         program.embedding_sync_s, dem = pair_time("all_reduce", emb[0].embedding_grad_bytes, a, b)
         if book is not None:
             book.embedding = dem
+    if copier is not None and record is not None:
+        program.copies = copier.record(record, book)
     return book
+
+
+_COPIED_LISTS = {"fwd": ("fwd", "grad_sync", "post_step"), "bwd": ("bwd",)}
+"""The step lists of a chunk that lowering copies with its forward / backward (compile.program.ChunkCopies)."""
+
+
+class _Copier:
+    """annotate's use of lowering's record of chunk copies (compile.program.ChunkCopies): a phase that lowering
+    made as a renamed copy of another chunk's is priced by copying that chunk's costs step for step, once they
+    are known (an original later in the pass, as a backward's is, hands them on when it is priced: `release`).
+
+    A copy's steps equal its original's but for names, so its compute and memory steps cost the same; its
+    collectives do too on the original's pipeline stage, and on another stage where every stage's call over the
+    same axes shares one price (a node-shift-invariant comm model, stages of whole nodes, no call over pp: see
+    _CommPricer.collective), whose one call per distinct (collective, bytes, axes) also books the copy's stage's
+    link demands. Elsewhere the copy is priced step by step as any chunk. What was copied is recorded for the
+    graph builder (`record`)."""
+
+    def __init__(self, program: Program, record: ChunkCopies, pricer: _CommPricer) -> None:
+        self.chunks, self.mesh, self.lowered, self.pricer = program.chunks, program.mesh, record.lowered, pricer
+        self.priced: dict[tuple[int, str], int] = {}
+        self.pending: dict[tuple[int, str], list[int]] = {}  # an original's (chunk, phase) -> copies waiting
+        self._calls: dict[tuple[int, str], list[Step]] = {}  # an original's collectives, one per distinct call
+
+    def take(self, ch: ChunkProgram, stage_rank: int) -> tuple[str, ...]:
+        """The phases of ch not to price step by step: copied now from an original already priced, or left
+        for an original priced later."""
+        out = []
+        for phase in _COPIED_LISTS:
+            src = self.lowered.get((ch.chunk, phase))
+            if src is None or not self._agree(ch, src, phase):
+                continue
+            if src < ch.chunk:
+                self._copy(ch, src, phase, stage_rank)
+            else:
+                self.pending.setdefault((src, phase), []).append(ch.chunk)
+            out.append(phase)
+        return tuple(out)
+
+    def release(self, ch: ChunkProgram) -> None:
+        """ch was priced: copy its costs to the copies that wait for them."""
+        for phase in _COPIED_LISTS:
+            for c in self.pending.pop((ch.chunk, phase), ()):
+                copy = self.chunks[c]
+                self._copy(copy, ch.chunk, phase, self.mesh.rank({"pp": copy.pp_rank}))
+
+    def record(self, record: ChunkCopies, book: FlowBook | None) -> ChunkCopies:
+        assert not self.pending, "an original was not priced"
+        return replace(record, priced=self.priced, book=book)
+
+    def _calls_of(self, src: int, phase: str) -> list[Step]:
+        if (src, phase) not in self._calls:
+            distinct: dict[tuple, Step] = {}
+            for name in _COPIED_LISTS[phase]:
+                for s in getattr(self.chunks[src], name):
+                    if s.kind != "compute" and s.kind != "memory":
+                        distinct.setdefault((s.collective, s.size_bytes, s.axes), s)
+            self._calls[(src, phase)] = list(distinct.values())
+        return self._calls[(src, phase)]
+
+    def _agree(self, ch: ChunkProgram, src: int, phase: str) -> bool:
+        """Whether ch's phase provably costs what its original's does (see the class)."""
+        if self.chunks[src].pp_rank == ch.pp_rank:
+            return True
+        return (self.pricer.shift_invariant and self.pricer.aligned
+                and not any("pp" in s.axes for s in self._calls_of(src, phase)))
+
+    def _copy(self, ch: ChunkProgram, src: int, phase: str, stage_rank: int) -> None:
+        original = self.chunks[src]
+        if original.pp_rank != ch.pp_rank:
+            for s in self._calls_of(src, phase):  # the copy's stage's prices and link demands
+                self.pricer.collective(s, stage_rank)
+        for name in _COPIED_LISTS[phase]:
+            for s, like in zip(getattr(ch, name), getattr(original, name), strict=True):
+                s.duration_s = like.duration_s
+                s.host_s = like.host_s
+        self.priced[(ch.chunk, phase)] = src
 
 
 def _overlap_tp_comm(steps: list[Step], tp: int) -> None:
