@@ -616,9 +616,10 @@ def simulate_costed(job: JobConfig | dict[str, Any]) -> tuple[SimulationResult, 
     job = parse_job(job) if isinstance(job, dict) else job
     wall0 = time.perf_counter()
     cl, spec, tree = job_tree(job)
-    check_work(tree, job.simulation)
-    costed = costed_program(tree, cl, job.simulation, job.cluster.remote_memory)
-    return _run_tree(tree, cl, job.simulation, spec, wall0, costed=costed), costed
+    with tree.held_resolved():  # resolved once for the three passes below (nothing edits it in between)
+        check_work(tree, job.simulation)
+        costed = costed_program(tree, cl, job.simulation, job.cluster.remote_memory)
+        return _run_tree(tree, cl, job.simulation, spec, wall0, costed=costed), costed
 
 
 def compute_response(job: JobConfig, costed: CostedProgram, chunk: int, iteration_s: float,

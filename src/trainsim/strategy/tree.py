@@ -570,21 +570,26 @@ class StrategyTree:
         inherited = self._inherited()
         self._check_chunks(inherited)
         self._propagate(inherited)
-        for node, _, _, items in inherited:
+        for node, _, _, items in inherited:  # per op of every layer: a plain loop (a simulation resolves ~10^3)
             assert node.layer is not None
             leaf = node.leaf
+            splits, weights, extras, derived = leaf.ops, leaf.weights, leaf.extras, leaf.derived
             for op in node.layer.ops:
-                split = leaf.ops.setdefault(op.name, {})
-                if op.name in leaf.derived:  # derived last time: the splits may have changed since
-                    leaf.weights.pop(op.name, None)
-                    leaf.extras.pop(op.name, None)
-                if op.weight is not None and op.name not in leaf.weights:
-                    ov = {it: s for (o, it), s in leaf.memory.items() if o == op.name}
-                    leaf.weights[op.name] = sharded_weight_config(op, split, items, ov)
-                    leaf.derived.add(op.name)
-                elif op.weight is None and op.extra_params and op.name not in leaf.extras:
-                    leaf.extras[op.name] = state_config(split, items)
-                    leaf.derived.add(op.name)
+                name = op.name
+                split = splits.get(name)
+                if split is None:
+                    split = splits[name] = {}
+                if name in derived:  # derived last time: the splits may have changed since
+                    weights.pop(name, None)
+                    extras.pop(name, None)
+                if op.weight is not None:
+                    if name not in weights:
+                        ov = {it: s for (o, it), s in leaf.memory.items() if o == name}
+                        weights[name] = sharded_weight_config(op, split, items, ov)
+                        derived.add(name)
+                elif op.extra_params and name not in extras:
+                    extras[name] = state_config(split, items)
+                    derived.add(name)
         return self
 
     @contextmanager
