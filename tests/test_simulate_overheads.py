@@ -95,15 +95,20 @@ def test_hold_released_on_an_error() -> None:
     assert not tree._resolve_held
 
 
-def test_held_simulation_equals_resolving_at_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    job = api.parse_job({**SMALL, "strategy": {**SMALL["strategy"], "zero": 1, "sequence_parallel": True,
-                                               "recompute": "selective"}})
+@pytest.mark.parametrize("strategy", [
+    {"zero": 1, "sequence_parallel": True, "recompute": "selective"},
+    {"pp": 2, "vpp": 2, "global_batch": 32, "zero": 3, "recompute": "full"},
+    {"tp": 1, "pp": 1, "global_batch": 32, "zero": 2},
+])
+def test_held_simulation_equals_resolving_at_every_pass(strategy: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = api.parse_job({**SMALL, "strategy": {**SMALL["strategy"], **strategy}})
     held = simulate(job).to_json()
+    held_costed = api.simulate_costed(job)[0].to_json()
     monkeypatch.setattr(StrategyTree, "held_resolved", lambda self: _NoHold())
     plain = simulate(job).to_json()
-    for r in (held, plain):
+    for r in (held, held_costed, plain):
         r.pop("simulation_wall_s")
-    assert held == plain
+    assert held == plain == held_costed
 
 
 class _NoHold:
