@@ -58,6 +58,18 @@ def _stages(data: dict[str, Any]) -> tuple[list[tuple[list[Any], list[float]]], 
     return stages, costed.program.tree.schedule, job.simulation.expandable_segments
 
 
+def _assert_matches_reference(stages: list, sched: Any, expandable: bool) -> tuple[tuple, list]:
+    """replay_stages equals the reference's stage-by-stage replay on both peaks of every stage; the replay's
+    arguments and the reference's estimates."""
+    args = (sched.kind, len(stages), sched.n_micro_batch, sched.virtual_stages, sched.max_ongoing_micro_batch,
+            expandable)
+    fast = replay_stages(stages, *args)
+    slow = [ref.stage_replay(chunks, static, *args) for chunks, static in stages]
+    assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
+           [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]
+    return args, slow
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_fast_replay_matches_the_reference_to_the_byte(seed: int) -> None:
     rng = random.Random(seed)
@@ -65,12 +77,7 @@ def test_fast_replay_matches_the_reference_to_the_byte(seed: int) -> None:
     while got is None:
         got = _stages(_random_job(rng))
     stages, sched, expandable = got
-    args = (sched.kind, len(stages), sched.n_micro_batch, sched.virtual_stages, sched.max_ongoing_micro_batch,
-            expandable)
-    fast = replay_stages(stages, *args)
-    slow = [ref.stage_replay(chunks, static, *args) for chunks, static in stages]
-    assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
-           [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]
+    args, slow = _assert_matches_reference(stages, sched, expandable)
     one = stage_replay(*stages[-1], *args)
     assert (one.peak_allocated_bytes, one.peak_reserved_bytes) == \
            (slow[-1].peak_allocated_bytes, slow[-1].peak_reserved_bytes)
@@ -81,12 +88,7 @@ def test_default_job_stages_match_the_reference() -> None:
     assert got is not None
     stages, sched, expandable = got
     for exp in (expandable, not expandable):
-        args = (sched.kind, len(stages), sched.n_micro_batch, sched.virtual_stages,
-                sched.max_ongoing_micro_batch, exp)
-        fast = replay_stages(stages, *args)
-        slow = [ref.stage_replay(chunks, static, *args) for chunks, static in stages]
-        assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
-               [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]
+        _assert_matches_reference(stages, sched, exp)
 
 
 @pytest.mark.parametrize("expandable", [False, True])
@@ -125,9 +127,4 @@ def test_deep_pipeline_stages_match_the_reference() -> None:
     assert got is not None
     stages, sched, _ = got
     for exp in (False, True):
-        args = (sched.kind, len(stages), sched.n_micro_batch, sched.virtual_stages,
-                sched.max_ongoing_micro_batch, exp)
-        fast = replay_stages(stages, *args)
-        slow = [ref.stage_replay(chunks, static, *args) for chunks, static in stages]
-        assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
-               [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]
+        _assert_matches_reference(stages, sched, exp)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from trainsim.api import simulate
 from trainsim.config import parse_job
-from trainsim.optimize.oom_fixes import component_line, fullest_stage, largest_component, oom_fixes
+from trainsim.optimize.oom_fixes import oom_fixes
+from trainsim.sim.result import fullest_stage
 
 GIB = 2**30
 
@@ -18,18 +19,18 @@ def test_oom_names_optimizer_states_and_a_sharding_fix_that_fits() -> None:
     job = _job()
     res = simulate(job)
     assert res.oom
-    name, size = largest_component(fullest_stage(res))
+    name, size = fullest_stage(res.memory).largest_component()
     # Llama 3 8B: 8,030,261,248 parameters x 12 B (fp32 master + two Adam moments), unsharded under DDP
     assert name == "optimizer states"
     assert abs(size - 8_030_261_248 * 12) < 1.0
-    assert "optimizer states, 89.7 GiB" in component_line(res)
+    assert "optimizer states, 89.7 GiB" in fullest_stage(res.memory).over_line()
     assert "largest component: optimizer states" in res.advice[0]
     fixes = oom_fixes(job, res)
     assert fixes and any(f.change == {"zero": 1} for f in fixes)
     applied = simulate(_job(zero=1))  # the suggestion, applied, fits
     assert not applied.oom
     # ZeRO-1 over dp 8 leaves 12/8 B of optimizer state per parameter
-    assert abs(fullest_stage(applied).components_bytes["optimizer_states"] - 8_030_261_248 * 12 / 8) < 1.0
+    assert abs(fullest_stage(applied.memory).components_bytes["optimizer_states"] - 8_030_261_248 * 12 / 8) < 1.0
 
 
 def test_reserved_is_at_least_allocated_and_drives_the_verdict() -> None:

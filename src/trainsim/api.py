@@ -66,11 +66,11 @@ from .sim.periodic import (
 )
 from .sim.result import (
     BREAKDOWN_KEYS,
-    COMPONENT_NAMES,
     SimulationResult,
     StageMemory,
     class_breakdowns,
     critical_path,
+    fullest_stage,
     task_columns,
     time_by_category,
 )
@@ -249,15 +249,10 @@ def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims:
 def _advice(mem: list[StageMemory], spec: ParallelSpec) -> list[str]:
     """What to change when a stage does not fit, sized by how far over it is: the fullest stage's largest
     component first (optimize.oom_fixes tries the changes; `trainsim simulate` prints the ones that fit)."""
-    worst = max(mem, key=lambda m: m.reserved_bytes - m.capacity_bytes)
+    worst = fullest_stage(mem)
     if worst.fits:
         return []
-    over = (worst.reserved_bytes - worst.capacity_bytes) / 2**30
-    parts = worst.components_bytes
-    big = max(parts, key=lambda k: parts[k]) if parts else ""
-    tips = [f"stage {worst.stage} needs {over:.1f} GiB more than fits ({worst.reserved_bytes / 2**30:.1f} GiB "
-            f"reserved of {worst.capacity_bytes / 2**30:.1f})"
-            + (f"; largest component: {COMPONENT_NAMES.get(big, big)}, {parts[big] / 2**30:.1f} GiB" if big else "")]
+    tips = [worst.over_line()]
     if worst.static_bytes > worst.capacity_bytes:
         need = worst.static_bytes / worst.capacity_bytes
         tips.append(f"weights, gradients and optimizer states alone take {worst.static_bytes / 2**30:.0f} GiB: shard "

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import JobConfig
 from ..errors import ConfigError
-from ..sim.result import COMPONENT_NAMES, SimulationResult, StageMemory
+from ..sim.result import SimulationResult, fullest_stage
 
 GIB = 2**30
 
@@ -39,29 +39,6 @@ class OomFix:
     def describe(self) -> str:
         return (f"fits with {self.flags}: {self.peak_reserved_bytes / GIB:.1f} of {self.capacity_bytes / GIB:.1f} "
                 f"GiB reserved, {self.iteration_time_s:.3f} s per iteration")
-
-
-def fullest_stage(result: SimulationResult) -> StageMemory:
-    """The stage furthest over (or least under) its capacity, by its reserved peak."""
-    return max(result.memory, key=lambda m: m.reserved_bytes - m.capacity_bytes)
-
-
-def largest_component(stage: StageMemory) -> tuple[str, float]:
-    """(name, bytes) of the stage's largest memory component."""
-    if not stage.components_bytes:
-        return ("activations", stage.activation_peak_bytes) if stage.activation_peak_bytes > stage.static_bytes \
-            else ("parameters, gradients and optimizer states", stage.static_bytes)
-    key = max(stage.components_bytes, key=lambda k: stage.components_bytes[k])
-    return COMPONENT_NAMES.get(key, key), stage.components_bytes[key]
-
-
-def component_line(result: SimulationResult) -> str:
-    """One line naming the fullest stage's largest component and how far over the stage is."""
-    st = fullest_stage(result)
-    name, size = largest_component(st)
-    over = (st.reserved_bytes - st.capacity_bytes) / GIB
-    return (f"stage {st.stage} needs {over:.1f} GiB more than fits ({st.reserved_bytes / GIB:.1f} GiB reserved of "
-            f"{st.capacity_bytes / GIB:.1f}); largest component: {name}, {size / GIB:.1f} GiB")
 
 
 def _candidates(job: JobConfig, result: SimulationResult) -> list[tuple[dict[str, Any], str]]:
@@ -104,7 +81,7 @@ def oom_fixes(job: JobConfig, result: SimulationResult,
         except ConfigError:  # a degree the model or cluster does not allow
             continue
         if not res.oom:
-            st = fullest_stage(res)
+            st = fullest_stage(res.memory)
             fits.append(OomFix(update, flags, res.iteration_time_s, st.reserved_bytes, st.capacity_bytes))
     from .micro_batch import largest_fitting_micro_batch
 
@@ -117,7 +94,7 @@ def oom_fixes(job: JobConfig, result: SimulationResult,
         update = {"micro_batch": fit.micro_batch, "global_batch": int(result.strategy["global_batch"])}
         res = simulate(job.model_copy(update={"strategy": job.strategy.model_copy(update=update)}))
         if not res.oom:
-            st = fullest_stage(res)
+            st = fullest_stage(res.memory)
             fits.append(OomFix(update, f"--micro-batch {fit.micro_batch}", res.iteration_time_s, st.reserved_bytes,
                                st.capacity_bytes))
     return sorted(fits, key=lambda f: f.iteration_time_s)[:limit]
@@ -127,11 +104,11 @@ def oom_report(job: JobConfig, result: SimulationResult) -> dict[str, Any]:
     """The OOM account for the JSON: the largest component and the suggestions (empty when it fits)."""
     if not result.oom:
         return {}
-    st = fullest_stage(result)
-    name, size = largest_component(st)
+    st = fullest_stage(result.memory)
+    name, size = st.largest_component()
     fixes = oom_fixes(job, result)
     return {"stage": st.stage, "largest_component": name, "largest_component_gib": size / GIB,
-            "over_gib": (st.reserved_bytes - st.capacity_bytes) / GIB, "message": component_line(result),
+            "over_gib": (st.reserved_bytes - st.capacity_bytes) / GIB, "message": st.over_line(),
             "suggestions": [f.to_json() for f in fixes],
             "suggestion_lines": [f.describe() for f in fixes] or
             ["no single change tried (more ZeRO sharding, recompute, smaller micro-batch, tp/pp x2) fits"]}

@@ -22,8 +22,9 @@ _FIRST_BIT = tuple(next((i for i in range(len(COMM_PRIORITY)) if bits >> i & 1),
 
 
 COMPONENT_NAMES = {"params": "parameters", "grads": "gradients", "optimizer_states": "optimizer states",
-                   "activations": "activations", "workspaces": "workspaces/buffers"}
-"""StageMemory.components_bytes' keys as a user reads them (the OOM advice and report)."""
+                   "activations": "activations", "workspaces": "workspaces/buffers",
+                   "static": "parameters, gradients and optimizer states"}
+"""StageMemory.components()' keys as a user reads them (the OOM advice and report)."""
 
 
 @dataclass
@@ -56,6 +57,23 @@ class StageMemory:
     def fits(self) -> bool:
         """The OOM verdict: the caching allocator's reserved peak within the usable capacity."""
         return self.reserved_bytes <= self.capacity_bytes
+
+    def largest_component(self) -> tuple[str, float]:
+        """(name as a user reads it, bytes) of the stage's largest memory component."""
+        key, size = next(iter(self.components().items()))
+        return COMPONENT_NAMES.get(key, key), size
+
+    def over_line(self) -> str:
+        """How far the stage is over its capacity (reserved peak) and its largest component, in one line."""
+        name, size = self.largest_component()
+        return (f"stage {self.stage} needs {(self.reserved_bytes - self.capacity_bytes) / 2**30:.1f} GiB more than "
+                f"fits ({self.reserved_bytes / 2**30:.1f} GiB reserved of {self.capacity_bytes / 2**30:.1f}); "
+                f"largest component: {name}, {size / 2**30:.1f} GiB")
+
+
+def fullest_stage(memory: list[StageMemory]) -> StageMemory:
+    """The stage furthest over (or least under) its capacity, by its reserved peak."""
+    return max(memory, key=lambda m: m.reserved_bytes - m.capacity_bytes)
 
 
 @dataclass
