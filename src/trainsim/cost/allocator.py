@@ -320,9 +320,10 @@ class _Program:
     """One phase (F, B or W) of one (micro-batch, chunk) unit, compiled to allocator ops: `ops[i] >= 0`
     allocates that many rounded bytes into the unit's next slot, `~ops[i]` frees a slot (the handle list the
     unit fills as it allocates). `contained`: every slot it allocates it also frees; then, whatever the
-    allocator's state, it needs no new segment when a pool's largest free block holds `need[small]` (the sum
-    of its requests there, each with the unsplit remainder it may be handed), and it raises the allocated
-    counter by at most `rise` above where it starts (see `_Replay.finish`).
+    allocator's state, it needs no new segment when a pool's largest free block holds `need[small]` (its
+    requests there, each with the unsplit remainder it may be handed: their largest live total when the unit
+    frees them last in first out, else their sum), and it raises the allocated counter by at most `rise` above
+    where it starts (see `_Replay.finish`).
 
     Compared and hashed by identity (eq=False): `_Replay.descend` groups ranks by their next (unit, program)
     at every position, and hashing the ops would cost more than the grouping saves (a pp 64 job: thousands
@@ -345,7 +346,10 @@ def _compile(steps: list[tuple[float, float, str]], stack: list[tuple[int, int]]
     the debt stays live (its bytes are freed by a later step)."""
     ops: list[int] = []
     mine: set[int] = set()
-    need = [0, 0]
+    total = [0, 0]  # [small] -> the sum of the pool's requests (with their remainders)
+    pool_level, pool_peak = [0, 0], [0, 0]  # [small] -> own bytes live in the pool now / at most
+    pool_stack: tuple[list[int], list[int]] = ([], [])  # [small] -> own live slots, allocation order
+    lifo = [True, True]  # [small] -> the pool's own slots are freed last in first out
     bound: dict[int, int] = {}  # slot allocated here -> the bytes it may be handed
     level = rise = 0
     for alloc_bytes, free_bytes, _ in steps:
@@ -355,7 +359,10 @@ def _compile(steps: list[tuple[float, float, str]], stack: list[tuple[int, int]]
             slot_bytes.append(size)
             small = size <= SMALL_SIZE_BYTES
             bound[slot] = size + (0 if small or expandable else SMALL_SIZE_BYTES)
-            need[small] += bound[slot]
+            total[small] += bound[slot]
+            pool_level[small] += bound[slot]
+            pool_peak[small] = max(pool_peak[small], pool_level[small])
+            pool_stack[small].append(slot)
             level += bound[slot]
             rise = max(rise, level)
             mine.add(slot)
@@ -373,9 +380,15 @@ def _compile(steps: list[tuple[float, float, str]], stack: list[tuple[int, int]]
             if slot in mine:
                 mine.discard(slot)
                 level -= bound[slot]
+                small = slot_bytes[slot] <= SMALL_SIZE_BYTES
+                own = pool_stack[small]
+                lifo[small] = lifo[small] and own[-1] == slot
+                own.remove(slot)
+                pool_level[small] -= bound[slot]
             else:
                 level -= slot_bytes[slot]  # handed at least its rounded request
             debt -= size
+    need = [pool_peak[k] if lifo[k] else total[k] for k in (0, 1)]
     return _Program(tuple(ops), not mine, (need[0], need[1]), rise)
 
 
@@ -476,7 +489,10 @@ class _Replay:
         (a contained unit frees all it allocates), so `allocated + rise` bounds the counter; and a free block
         of `need` bytes in each pool serves all its requests: they are carved from the block's front, so its
         free end shrinks by at most what is handed out (frees only merge into it), and when the unit ends the
-        block is whole again (what it took is all freed and merged back)."""
+        block is whole again (what it took is all freed and merged back). When the unit frees its own blocks
+        of a pool last in first out, those carved from the block stay a contiguous prefix whose free end grows
+        back as each is freed, so the largest total live at once suffices; out of order, a hole at the front
+        can be too small for the next request, so the sum is needed."""
         start = len(plan)
         while start > pos and plan[start - 1][1].contained:
             start -= 1
