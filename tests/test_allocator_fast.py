@@ -51,8 +51,9 @@ def _random_job(rng: random.Random) -> dict[str, Any]:
             "strategy": strategy, "simulation": {"expandable_segments": rng.random() < 0.5}}
 
 
-def _stages(data: dict[str, Any]) -> tuple[list[tuple[list[Any], list[float]]], Any, bool] | None:
-    """The (chunks, static blocks) of each rank of a job, its schedule and its expandable setting."""
+def _stages(data: dict[str, Any]) -> tuple[list[tuple[list[Any], list[float]]], Any, bool, dict] | None:
+    """The (chunks, static blocks) of each rank of a job, its schedule, its expandable setting and lowering's
+    record of chunk copies (api._phase_copies)."""
     try:
         job = parse_job(data)
         cl, _, tree = api.job_tree(job)
@@ -64,18 +65,19 @@ def _stages(data: dict[str, Any]) -> tuple[list[tuple[list[Any], list[float]]], 
     for ch in costed.program.chunks:
         by_rank.setdefault(ch.pp_rank, []).append(ch)
     stages = [(by_rank[r], api._static_blocks(by_rank[r], statics[r], costed.precision)) for r in sorted(statics)]
-    return stages, costed.program.tree.schedule, job.simulation.expandable_segments
+    return stages, costed.program.tree.schedule, job.simulation.expandable_segments, api._phase_copies(costed.program)
 
 
-def _assert_matches_reference(stages: list, sched: Any, expandable: bool) -> tuple[tuple, list]:
-    """replay_stages equals the reference's stage-by-stage replay on both peaks of every stage; the replay's
-    arguments and the reference's estimates."""
+def _assert_matches_reference(stages: list, sched: Any, expandable: bool, copies: dict) -> tuple[tuple, list]:
+    """replay_stages, with lowering's record of chunk copies and without, equals the reference's stage-by-stage
+    replay on both peaks of every stage; the replay's arguments and the reference's estimates."""
     args = (sched.kind, len(stages), sched.n_micro_batch, sched.virtual_stages, sched.max_ongoing_micro_batch,
             expandable)
-    fast = replay_stages(stages, *args)
     slow = [ref.stage_replay(chunks, static, *args) for chunks, static in stages]
-    assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
-           [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]
+    for record in (copies, None):
+        fast = replay_stages(stages, *args, copies=record)
+        assert [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in fast] == \
+               [(e.peak_allocated_bytes, e.peak_reserved_bytes) for e in slow]
     return args, slow
 
 
@@ -85,8 +87,8 @@ def test_fast_replay_matches_the_reference_to_the_byte(seed: int) -> None:
     got = None
     while got is None:
         got = _stages(_random_job(rng))
-    stages, sched, expandable = got
-    args, slow = _assert_matches_reference(stages, sched, expandable)
+    stages, sched, expandable, copies = got
+    args, slow = _assert_matches_reference(stages, sched, expandable, copies)
     one = stage_replay(*stages[-1], *args)
     assert (one.peak_allocated_bytes, one.peak_reserved_bytes) == \
            (slow[-1].peak_allocated_bytes, slow[-1].peak_reserved_bytes)
@@ -95,9 +97,10 @@ def test_fast_replay_matches_the_reference_to_the_byte(seed: int) -> None:
 def test_default_job_stages_match_the_reference() -> None:
     got = _stages(copy.deepcopy(DEFAULT_JOB))
     assert got is not None
-    stages, sched, expandable = got
+    stages, sched, expandable, copies = got
+    assert copies  # the default job's middle chunks are lowered as copies
     for exp in (expandable, not expandable):
-        _assert_matches_reference(stages, sched, exp)
+        _assert_matches_reference(stages, sched, exp, copies)
 
 
 @pytest.mark.parametrize("expandable", [False, True])
@@ -134,9 +137,9 @@ def test_deep_pipeline_stages_match_the_reference() -> None:
                    "strategy": {"tp": 8, "pp": 32, "dp": 1, "global_batch": 64, "sequence_parallel": True,
                                 "recompute": "selective", "zero": 1}})
     assert got is not None
-    stages, sched, _ = got
+    stages, sched, _, copies = got
     for exp in (False, True):
-        _assert_matches_reference(stages, sched, exp)
+        _assert_matches_reference(stages, sched, exp, copies)
 
 
 _SIZES = st.one_of(st.integers(1, 1 << 20), st.integers(1 << 20, 12 << 20), st.integers(10 << 20, 40 << 20))

@@ -718,6 +718,14 @@ def _static_blocks(chunks: list[Any], static: StaticMemory, precision: Precision
     return blocks
 
 
+def _phase_copies(program: Program) -> dict[tuple[int, str], Any]:
+    """(chunk, fwd | bwd) -> the chunk whose steps of that phase lowering copied to it (ChunkCopies), while no
+    chunk was edited since; else none."""
+    record = program.copies
+    lowered = record.lowered if record is not None and record.valid(program.chunks) else {}
+    return {key: program.chunks[o] for key, o in lowered.items()}
+
+
 def _stage_memory(costed: CostedProgram, statics: dict[int, StaticMemory], dynamic: dict[int, float],
                   capacity: float, sim: SimulationSpec) -> list[StageMemory]:
     """Each stage's allocated peak (statics + the simulation's dynamic peak), its reserved peak (the allocated
@@ -731,7 +739,7 @@ def _stage_memory(costed: CostedProgram, statics: dict[int, StaticMemory], dynam
     ranks = sorted(statics)
     replays = replay_stages([(by_rank[r], _static_blocks(by_rank[r], statics[r], costed.precision)) for r in ranks],
                             sched.kind, pp, sched.n_micro_batch, sched.virtual_stages,
-                            sched.max_ongoing_micro_batch, sim.expandable_segments)
+                            sched.max_ongoing_micro_batch, sim.expandable_segments, _phase_copies(program))
     out = []
     for r, est in zip(ranks, replays, strict=True):
         st = statics[r]

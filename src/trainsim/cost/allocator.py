@@ -406,10 +406,14 @@ class _Replay:
     """The compiled units of one `replay_stages` call: chunks with the same allocation steps share their
     programs, so stages that run the same chunks replay the same events while their orders agree."""
 
-    def __init__(self, schedule_kind: str, expandable: bool) -> None:
+    def __init__(self, schedule_kind: str, expandable: bool,
+                 copies: dict[tuple[int, str], ChunkProgram] | None = None) -> None:
         self.schedule_kind = schedule_kind
         self.expandable = expandable
-        self._sigs: dict[tuple[tuple[tuple[float, float, str], ...], ...], int] = {}
+        self.copies = copies or {}  # (chunk number, fwd | bwd) -> the chunk whose steps it repeats
+        self._phase_ids: dict[tuple[int, str], int] = {}  # (chunk number, fwd | bwd) -> id of its steps' values
+        self._phase_values: dict[tuple[tuple[float, float, str], ...], int] = {}
+        self._sigs: dict[tuple[int, int], int] = {}
         self._chunks: list[ChunkProgram] = []
         self._of_chunk: dict[int, int] = {}  # id(chunk) -> signature (the chunks outlive the call)
         # (chunk signature, phases so far) -> (program of the last, unit stack after, slot bytes after)
@@ -419,12 +423,26 @@ class _Replay:
         """A small id shared by chunks whose steps allocate and free alike."""
         if id(chunk) in self._of_chunk:
             return self._of_chunk[id(chunk)]
-        key = (tuple(map(_STEP, chunk.fwd)), tuple(map(_STEP, chunk.bwd)))
-        sid = self._sigs.setdefault(key, len(self._sigs))
+        sid = self._sigs.setdefault((self._phase_id(chunk, "fwd"), self._phase_id(chunk, "bwd")), len(self._sigs))
         if sid == len(self._chunks):
             self._chunks.append(chunk)
         self._of_chunk[id(chunk)] = sid
         return sid
+
+    def _phase_id(self, chunk: ChunkProgram, phase: str) -> int:
+        """An id of the (alloc, free, phase) values of a chunk's forward or backward steps: its original's for a
+        recorded copy (`copies`), else found by value."""
+        key = (chunk.chunk, phase)
+        got = self._phase_ids.get(key)
+        if got is None:
+            original = self.copies.get(key)
+            if original is not None and original is not chunk:
+                got = self._phase_id(original, phase)
+            else:
+                values = tuple(map(_STEP, chunk.fwd if phase == "fwd" else chunk.bwd))
+                got = self._phase_values.setdefault(values, len(self._phase_values))
+            self._phase_ids[key] = got
+        return got
 
     def program(self, sid: int, phases: tuple[str, ...]) -> _Program:
         """The program of a unit of chunk `sid` whose phases so far, this one last, are `phases`."""
@@ -513,9 +531,11 @@ class _Replay:
 
 def replay_stages(stages: list[tuple[list[ChunkProgram], list[float]]], schedule_kind: str, pp: int,
                   n_micro_batch: int, vpp: int = 1, max_ongoing: int | None = None,
-                  expandable_segments: bool = False) -> list[ReservedEstimate]:
+                  expandable_segments: bool = False, copies: dict[tuple[int, str], ChunkProgram] | None = None
+                  ) -> list[ReservedEstimate]:
     """`stage_replay` of each (chunks, static blocks) pipeline rank, in one pass: the same answers, byte for
-    byte, for a fraction of the work.
+    byte, for a fraction of the work. `copies`: (chunk number, "fwd" | "bwd") -> a chunk whose steps of that
+    phase it repeats step for step (lowering's record, compile.program.ChunkCopies), so they are not compared.
 
     - Each chunk's forward and backward are compiled once to allocator ops (`_compile`: the `_Live` rule
       that picks which block a step frees does not depend on the allocator, so it is played once per chunk
@@ -526,7 +546,7 @@ def replay_stages(stages: list[tuple[list[ChunkProgram], list[float]]], schedule
     - A rank stops once what is left is backwards that free all they allocate and provably move neither
       peak (`_Replay.finish`: 1F1B's cool-down), exact by the bound there.
     """
-    r = _Replay(schedule_kind, expandable_segments)
+    r = _Replay(schedule_kind, expandable_segments, copies)
     plans = [r.plan(chunks, _unit_order(schedule_kind, pp, n_micro_batch, chunks[0].pp_rank, vpp, max_ongoing))
              for chunks, _ in stages]
     groups: dict[tuple[int, ...], list[int]] = {}
