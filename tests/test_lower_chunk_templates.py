@@ -8,6 +8,7 @@ The equality checks are test_templates'."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -147,7 +148,11 @@ def test_op_key_is_kept_and_follows_replace() -> None:
     reordered = dataclasses.replace(a, dims=dict(reversed(a.dims.items())))
     assert reordered == a and reordered.key() != a.key()
     assert not program_mod._same_ops([reordered], [a]) and program_mod._same_ops([b], [a])
-    assert [f.name for f in dataclasses.fields(Op)] == [f for f in vars(a) if f != "_key"]
+    assert [f.name for f in dataclasses.fields(Op)] == [f for f in vars(a) if f not in ("_key", "_params")]
+    weight = next(op for op in model.layers[1].ops if op.weight is not None)
+    assert weight.params == math.prod(weight.dims[d] for d in weight.weight) + weight.extra_params > 0
+    assert dataclasses.replace(weight, dims={**weight.dims, weight.weight[0]: 2 * weight.dims[weight.weight[0]]}
+                               ).params == 2 * weight.params - weight.extra_params  # its own, not the kept one
 
 
 def test_op_values_alias_and_keep_ops() -> None:

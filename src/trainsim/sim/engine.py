@@ -38,7 +38,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from itertools import accumulate, count
+from itertools import accumulate, compress, count
 from operator import add, index
 
 from ..compile.graph import ExecutionGraph
@@ -85,7 +85,9 @@ def _exclusive_resources(demand: list[tuple[tuple[int, float], ...] | None], tq:
     flow on it never shares it, and its summed load is exactly that flow's intensity (0 between flows)."""
     owner = [-2] * n_resources  # the one queue of its users, -2: none yet, -1: several
     last = [-1] * n_resources  # its latest user (a task that lists it twice leaves rounding behind)
-    for t, (dem, qs) in enumerate(zip(demand, tq, strict=True)):
+    assert len(demand) == len(tq)
+    for t in compress(range(len(demand)), demand):  # the tasks with a demand
+        dem, qs = demand[t], tq[t]
         if dem:
             q = qs[0] if len(qs) == 1 else -1
             for r, _ in dem:

@@ -504,12 +504,7 @@ class StrategyTree:
 
     @classmethod
     def from_model(cls, model: Model, mesh: DeviceMesh, global_batch: int, micro_batch: int) -> StrategyTree:
-        def build(m: Module | Layer) -> StrategyNode:
-            if isinstance(m, Layer):
-                return StrategyNode(m.name, layer=m)
-            return StrategyNode(m.name, [build(c) for c in m.children])
-
-        root = build(model.root)
+        root = _node_of(model.root)
         root.schedule_config = ScheduleConfig()
         root.recompute_mode = "none"
         root.chunk = 0
@@ -532,17 +527,8 @@ class StrategyTree:
 
     def _inherited(self) -> list[tuple[StrategyNode, str, int, frozenset[str]]]:
         out: list[tuple[StrategyNode, str, int, frozenset[str]]] = []
-
-        def rec(node: StrategyNode, recompute: str, chunk: int, items: frozenset[str]) -> None:
-            recompute = node.recompute_mode or recompute
-            chunk = node.chunk if node.chunk is not None else chunk
-            items = node.shard_items if node.shard_items is not None else items
-            if node.layer is not None:
-                out.append((node, recompute, chunk, items))
-            for c in node.children:
-                rec(c, recompute, chunk, items)
-
-        rec(self.root, self.root.recompute_mode or "none", self.root.chunk or 0, self.root.shard_items or frozenset())
+        _inherit(self.root, self.root.recompute_mode or "none", self.root.chunk or 0,
+                 self.root.shard_items or frozenset(), out)
         return out
 
     @property
@@ -843,3 +829,24 @@ def _load_leaf(node: StrategyNode, cfg: dict[str, Any]) -> None:
         o, _, t = str(key).partition("/")
         op_of(o)
         leaf.saved[(o, t)] = {d: tuple(a) for d, a in split.items()}
+
+
+def _node_of(m: Module | Layer) -> StrategyNode:
+    """The strategy node mirroring module `m`, and below it its children's. (Module-level, like `_inherit`: a
+    recursive closure is a reference cycle that would keep what it captured alive until the cyclic collector.)"""
+    if isinstance(m, Layer):
+        return StrategyNode(m.name, layer=m)
+    return StrategyNode(m.name, [_node_of(c) for c in m.children])
+
+
+def _inherit(node: StrategyNode, recompute: str, chunk: int, items: frozenset[str],
+             out: list[tuple[StrategyNode, str, int, frozenset[str]]]) -> None:
+    """Append (leaf, recompute, chunk, shard items) for every leaf below `node`, each setting inherited from the
+    nearest ancestor that sets it."""
+    recompute = node.recompute_mode or recompute
+    chunk = node.chunk if node.chunk is not None else chunk
+    items = node.shard_items if node.shard_items is not None else items
+    if node.layer is not None:
+        out.append((node, recompute, chunk, items))
+    for c in node.children:
+        _inherit(c, recompute, chunk, items, out)

@@ -112,8 +112,12 @@ class Op:
 
     @property
     def params(self) -> int:
-        w = math.prod(self.dims[d] for d in self.weight) if self.weight is not None else 0
-        return w + self.extra_params
+        """Weight elements plus extra parameters; kept on the op once computed (frozen, like `key`)."""
+        p = self.__dict__.get("_params")
+        if p is None:
+            p = (math.prod(self.dims[d] for d in self.weight) if self.weight is not None else 0) + self.extra_params
+            object.__setattr__(self, "_params", p)  # not a field: equality, repr and replace() ignore it
+        return p
 
     def key(self) -> tuple:
         """A hashable value of every field (dims as its ordered items): ops with equal keys cost and lower
