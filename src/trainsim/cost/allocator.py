@@ -216,7 +216,23 @@ class CachingAllocator:
                 small = op <= SMALL_SIZE_BYTES
                 lst = free_lists[small]
                 i = bisect_left(lst, op << _KEY_SHIFT)
-                bid = lst.pop(i) & _ID_MASK if i < len(lst) else grow(small, op)
+                if i < len(lst):
+                    bid = lst.pop(i) & _ID_MASK
+                elif expandable:
+                    bid = grow(small, op)
+                else:  # a new segment (`_grow`, inlined: warm-up forwards make thousands)
+                    seg = (SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES if op < MIN_LARGE_ALLOC_BYTES
+                           else -(-op // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES)
+                    self.reserved_bytes += seg
+                    if self.reserved_bytes > self.peak_reserved_bytes:
+                        self.peak_reserved_bytes = self.reserved_bytes
+                    bid = len(sizes)
+                    sizes.append(seg)
+                    offset.append(0)
+                    prev.append(-1)
+                    nxt.append(-1)
+                    used.append(False)
+                    smalls.append(small)
                 have = sizes[bid]
                 rest = have - op
                 if rest >= MIN_BLOCK_BYTES if (small or expandable) else rest > SMALL_SIZE_BYTES:

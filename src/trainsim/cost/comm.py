@@ -604,8 +604,9 @@ class NcclComm:
             by_node.setdefault(r // cl.gpus_per_node, []).append(r % cl.gpus_per_node)
         per_node = max(len(v) for v in by_node.values())
         gpu_share = max(1.0, concurrency * per_node / cl.gpus_per_node)  # groups stacked on the same GPUs
-        intra_link, intra_gbps, nvls_gbps = self._intra(list(by_node.values()), gpu_share, concurrency,
-                                                        collective == "all_to_all")
+        # the distinct local layouts (a group spread over many nodes repeats one): _intra reads only these
+        layouts = [list(t) for t in dict.fromkeys(map(tuple, by_node.values()))]
+        intra_link, intra_gbps, nvls_gbps = self._intra(layouts, gpu_share, concurrency, collective == "all_to_all")
         net_link, node_net, rail = self._network(len(by_node), per_node, concurrency, gpu_share)
         return _Shape(len(ranks), len(by_node), per_node, intra_link, intra_gbps, net_link, node_net, rail,
                       nvls_gbps)
