@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainsim.api import simulate
-from trainsim.compile.graph import ExecutionGraph, RankClass
+from trainsim.compile.graph import ExecutionGraph, RankClass, _blocks
 from trainsim.compile.program import Stream
 from trainsim.cost.annotate import axes_concurrency, pair_concurrency
 from trainsim.cost.comm import COLLECTIVES, CommParams, NcclComm, port_key
@@ -347,3 +347,32 @@ def test_default_dtype_follows_the_gpu() -> None:
     explicit = simulate({"model": {"name": "gpt2"}, "cluster": {"name": "pcie-titanxp"},
                          "strategy": {"global_batch": 8}, "simulation": {"dtype": "fp32"}})
     assert explicit.iteration_time_s == r.iteration_time_s
+
+
+@settings(max_examples=400, deadline=None)
+@given(start=st.integers(0, 200), step=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 64, 128]), n=st.integers(0, 60),
+       span=st.sampled_from([1, 2, 3, 4, 6, 8, 16, 72]))
+def test_blocks_a_rank_class_touches(start: int, step: int, n: int, span: int) -> None:
+    """graph._blocks (a shared link's blocks a rank class uses, by range arithmetic where it can) equals the
+    blocks of its ranks one by one."""
+    ranks = range(start, start + step * n, step)
+    assert set(_blocks(ranks, span)) == {r // span for r in ranks}
+
+
+def test_disjoint_stages_name_the_shared_links_as_block_by_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph._resolve_flows names a shared link (the NICs) per class at once where no node holds two classes'
+    ranks (graph._disjoint): the same resources and demands as finding each block's classes one by one."""
+    import trainsim.compile.graph as graph_mod
+
+    job = {"model": {"name": "gpt3-1.3b"}, "cluster": {"name": "dgx-a100", "nodes": 8},
+           "strategy": {"tp": 8, "pp": 4, "dp": 2, "global_batch": 16}}
+    seen: list[bool] = []
+    disjoint = graph_mod._disjoint
+    monkeypatch.setattr(graph_mod, "_disjoint", lambda blocks: seen.append(disjoint(blocks)) or seen[-1])
+    fast = simulate(job, timeline=True).graph
+    assert seen and all(seen)  # every stage on nodes of its own
+    monkeypatch.setattr(graph_mod, "_disjoint", lambda blocks: False)
+    slow = simulate(job, timeline=True).graph
+    assert fast is not None and slow is not None
+    assert any(r.startswith("nic:") for r in fast.resources)
+    assert fast.resources == slow.resources and fast.flow_demand == slow.flow_demand

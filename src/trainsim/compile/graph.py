@@ -1230,9 +1230,18 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
 def _blocks(ranks: range, span: int) -> range | set[int]:
     """The blocks of `span` consecutive ranks that `ranks` touch (one per block, not one per rank: a class of
     a 16,384-GPU job has a thousand ranks but a few blocks)."""
-    if ranks.step == 1 and len(ranks):
-        return range(ranks[0] // span, ranks[-1] // span + 1)
+    if len(ranks) and (span % ranks.step == 0 or ranks.step % span == 0):
+        step = max(1, ranks.step // span)  # consecutive ranks touch every block between; spread ones every step-th
+        return range(ranks[0] // span, ranks[-1] // span + 1, step)
     return {r // span for r in ranks}
+
+
+def _disjoint(blocks: list[range | set[int]]) -> bool:
+    """Whether no block is used by two classes, told from the ranges' ends (all must be ranges of step 1)."""
+    if not all(isinstance(bs, range) and bs.step == 1 for bs in blocks):
+        return False
+    spans = sorted((bs.start, bs.stop) for bs in blocks if len(bs))
+    return all(stop <= nxt for (_, stop), (nxt, _) in zip(spans, spans[1:], strict=False))
 
 
 def _resolve_flows(g: ExecutionGraph, block_gpus: dict[str, int]) -> None:
@@ -1242,8 +1251,11 @@ def _resolve_flows(g: ExecutionGraph, block_gpus: dict[str, int]) -> None:
     consecutive ranks. Resources are numbered in the order the tasks first use them."""
     shared: dict[str, list[list[str]]] = {}  # key -> per class: names of its blocks' resources
     for key, span in block_gpus.items():
-        in_block: dict[int, set[int]] = defaultdict(set)
         blocks = [_blocks(rc.ranks, span) for rc in g.classes]
+        if _disjoint(blocks):  # each block is one class's (pipeline stages on their own nodes): one resource each
+            shared[key] = [[f"{key}:c{c}"] if len(bs) else [] for c, bs in enumerate(blocks)]
+            continue
+        in_block: dict[int, set[int]] = defaultdict(set)
         for c, bs in enumerate(blocks):
             for b in bs:
                 in_block[b].add(c)
