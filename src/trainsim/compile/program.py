@@ -24,10 +24,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
-from functools import partial, reduce
-from itertools import repeat
-from operator import add, attrgetter, mul
+from functools import partial
+from operator import attrgetter
 from typing import Any, TypeVar
+
+import numpy as np
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import Precision
@@ -1011,16 +1012,38 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
         sends = c > 0
         grad = _templated(templates, key and ("bwd", *key, _tensor_key(grad), sends), ch, entries, False,
                           partial(lw.backward_chunk, ch, entries, forwards[c], grad, sends), copies)
-    steps = [s for ch in chunks for s in (*ch.fwd, *ch.bwd)]
     replicas = mesh.world_size // mesh.pp  # ranks per pipeline stage
-    return Program(tree, precision, chunks, _flops(steps, "model_flops", sched.n_micro_batch) * replicas,
-                   _flops(steps, "hw_flops", sched.n_micro_batch) * replicas, op_values=lw.templates.ops,
+    model_flops, hw_flops = _program_flops(chunks, copies, sched.n_micro_batch)
+    return Program(tree, precision, chunks, model_flops * replicas, hw_flops * replicas, op_values=lw.templates.ops,
                    copies=ChunkCopies({k: c for k, c in copies.items() if c >= 0},
                                       cache and all(c >= 0 for c in copies.values()),
                                       tuple(ch.revision for ch in chunks)))
 
 
+def _program_flops(chunks: list[ChunkProgram], copies: dict[tuple[int, str], int], m: int) -> tuple[float, float]:
+    """(model, hardware) FLOPs of one pipeline's iteration: each chunk's forward and backward summed in step order
+    (`_flops`), then the chunks in order. A phase lowering copied (`copies`, chunk -> its original, -1: built
+    anew) has its original's steps' values, so it takes its original's sums: the same floats, without the
+    steps being read again (lowering without caches sums every phase, to the same floats)."""
+    sums: dict[tuple[int, str], tuple[float, float]] = {}  # (chunk built anew, phase) -> its sums
+    model = hw = 0.0
+    for ch in chunks:
+        for phase in ("fwd", "bwd"):
+            src = copies.get((ch.chunk, phase), -1)  # an original is never itself a copy
+            key = (src if src >= 0 else ch.chunk, phase)
+            got = sums.get(key)
+            if got is None:
+                steps = chunks[key[0]].fwd if phase == "fwd" else chunks[key[0]].bwd
+                got = sums[key] = (_flops(steps, "model_flops", m), _flops(steps, "hw_flops", m))
+            model += got[0]
+            hw += got[1]
+    return model, hw
+
+
 def _flops(steps: list[Step], field: str, m: int) -> float:
     """Sum of every step's `field` x `m`, added one step at a time in order from 0.0 (so always the same float),
-    as `total += s.field * m` would, in one C loop."""
-    return reduce(add, map(mul, map(attrgetter(field), steps), repeat(m)), 0.0)
+    as `total += s.field * m` would: numpy's add.accumulate adds in order, one element at a time."""
+    if not steps:
+        return 0.0
+    values = np.fromiter(map(attrgetter(field), steps), float, len(steps)) * float(m)
+    return float(np.add.accumulate(values)[-1])
