@@ -19,7 +19,7 @@ from typing import NamedTuple, Protocol
 from ..strategy.schedules import dynamic_orders, schedule_order
 from ..strategy.tree import StrategyTree
 from ..workload.ir import CONTRACTION_KINDS
-from .program import STREAM_NAMES, ChunkProgram, Program, Step, Stream
+from .program import STREAM_NAMES, ChunkProgram, Program, Step, StepNames, Stream
 
 
 @dataclass
@@ -545,7 +545,7 @@ def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_stre
     return out, naming
 
 
-def _renamed(specs: list[_Spec], naming: _Naming, steps: list[Step]) -> list[_Spec]:
+def _renamed(specs: list[_Spec], naming: _Naming, steps: list[Step] | StepNames) -> list[_Spec]:
     """Another chunk's coarsened specs from one made for steps equal to its own but for their names: the same
     specs named after its own steps (and their gradient buckets)."""
     def label(x: int) -> str:
@@ -631,6 +631,8 @@ class _ChunkSpecs:
         or its own steps as an earlier chunk's split put them into the half (zero bubble, `signature`)."""
         if phase != "F" and ch.chunk in self.named:
             return self.named[ch.chunk][0 if phase == "B" else 1]
+        if phase == "F" or not self.zero_bubble:  # names only: a deferred copy is not made (ChunkProgram.defer)
+            return ch.step_names("fwd" if phase == "F" else "bwd")  # type: ignore[return-value]
         return self.template(ch, phase)
 
     def number(self, steps: list[Step], ch: ChunkProgram) -> int:
@@ -700,13 +702,16 @@ class _ChunkSpecs:
                 made, naming = self.coarsened[(sig, anchors)]
                 self.cache[key] = _renamed(made, naming, self.steps_named(ch, phase))
             else:
-                steps, demand_of = self.template(ch, phase), self.demand_of(ch)
-                own = (ch.chunk, phase)  # prepared from its own steps: the specs take their names
+                # a recorded copy is coarsened from its original's steps (equal but for names) and renamed
+                src = self.copies.get((ch.chunk, "fwd" if phase == "F" else "bwd"))
+                of = self.chunks[src] if src is not None and (phase == "F" or not self.zero_bubble) else ch
+                steps, demand_of = self.template(of, phase), self.demand_of(of)
+                own = (of.chunk, phase)  # prepared from its own steps: the specs take their names
                 if own not in self.prepared:
                     self.prepared[own] = _prepare(steps, self.granularity, self.merge, demand_of)
-                self.coarsened[(sig, anchors)] = _coarsen(steps, self.granularity, anchors, self.merge,
-                                                          demand_of, self.prepared[own])
-                self.cache[key] = self.coarsened[(sig, anchors)][0]
+                made, naming = self.coarsened[(sig, anchors)] = _coarsen(steps, self.granularity, anchors,
+                                                                          self.merge, demand_of, self.prepared[own])
+                self.cache[key] = made if of is ch else _renamed(made, naming, self.steps_named(ch, phase))
         return self.cache[key]
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from functools import partial
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -113,6 +113,89 @@ class ChunkProgram:
     # bumped by every in-place edit of its steps after lowering (stretch_compute): a ChunkCopies record made at
     # other revisions no longer holds (not part of the chunk's value)
     revision: int = field(default=0, compare=False, repr=False)
+
+    # -- step lists lowering copied from another chunk, made when first read -------------------------------
+    # Lowering copies a chunk that repeats another's (ChunkCopies) as a deferred list: a template and the layers
+    # to rename it to. Reading the list (attribute access, equality, repr, an edit) makes it, with the costs
+    # annotate gave the original's steps when it priced the copy by copying them (`copy_costs`); annotate, the
+    # allocator replay and the graph builder read what they need of a deferred list without making it
+    # (`deferred`, `step_names`, the original's steps), so a pipeline of identical stages builds one stage's
+    # steps, not every stage's. Not thread-safe (as nothing here is).
+
+    def __getattr__(self, name: str) -> Any:
+        deferred = self.__dict__.get("_deferred")
+        if deferred is None or name not in deferred:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        d = deferred.pop(name)
+        steps: list[Step] = []
+        d.template.copy_to(d.layers, steps)
+        if d.costs is not None:
+            for st, (duration, host) in zip(steps, d.costs, strict=True):
+                st.duration_s, st.host_s = duration, host
+        self.__dict__[name] = steps
+        return steps
+
+    def defer(self, name: str, template: _StepsTemplate, layers: list[Layer]) -> bool:
+        """Hold step list `name` (empty now) as `template` renamed to `layers`, made when first read; False (and
+        nothing deferred) where the list already has steps."""
+        if self.__dict__.get(name):
+            return False
+        self.__dict__.pop(name, None)
+        self.__dict__.setdefault("_deferred", {})[name] = _Deferred(template, layers)
+        return True
+
+    def deferred(self, name: str) -> bool:
+        """Whether step list `name` is still a deferred copy (not made yet)."""
+        return name in self.__dict__.get("_deferred", ())
+
+    def step_names(self, name: str) -> list[Step] | StepNames:
+        """Each step's label and gradient bucket of list `name`: its steps, or a deferred list's names."""
+        d = self.__dict__.get("_deferred", {}).get(name)
+        return getattr(self, name) if d is None else d.template.names(d.layers)
+
+    def copy_costs(self, name: str, costs: list[tuple[float, float]]) -> None:
+        """Give list `name`'s steps these (duration_s, host_s), in order (annotate's priced copy)."""
+        d = self.__dict__.get("_deferred", {}).get(name)
+        if d is not None:
+            assert len(costs) == len(d.template.rows)
+            d.costs = costs
+            return
+        for st, (duration, host) in zip(getattr(self, name), costs, strict=True):
+            st.duration_s, st.host_s = duration, host
+
+
+class StepName(NamedTuple):
+    """What names a step (the graph builder's renaming reads only these)."""
+
+    label: str
+    grad_bucket: str | None
+
+
+class StepNames:
+    """The names of a deferred copy's steps, each made when asked for (the graph builder reads a few per
+    coarsened task): `names[i]` is step i's StepName."""
+
+    __slots__ = ("_rows", "_layers")
+
+    def __init__(self, rows: list[tuple[list[Any], int, str, int, int]], layers: list[str]) -> None:
+        self._rows, self._layers = rows, layers
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> StepName:
+        _, layer, suffix, _, owner = self._rows[i]
+        return StepName(self._layers[layer] + suffix, self._layers[owner] if owner >= 0 else None)
+
+
+@dataclass
+class _Deferred:
+    """A step list lowering copied but has not made yet (ChunkProgram.defer): the template, the layers it is
+    renamed to, and the costs annotate gave it (None: not priced by copying)."""
+
+    template: _StepsTemplate
+    layers: list[Layer]
+    costs: list[tuple[float, float]] | None = None
 
 
 @dataclass
@@ -244,6 +327,10 @@ class _StepsTemplate:
             rows.append((v, i, s.label[len(s.layer):], positions[i][id(s.op)] if s.op is not None else -1,
                          index[s.grad_bucket] if s.grad_bucket is not None else -1))
         return cls(rows)
+
+    def names(self, layers: list[Layer]) -> StepNames:
+        """Each step's label and gradient bucket in a copy for `layers`, without making the copy."""
+        return StepNames(self.rows, [layer.name for layer in layers])
 
     def copy_to(self, layers: list[Layer], steps: list[Step], shift: int = 0) -> None:
         """Append a copy for `layers` to `steps`: renamed to its layers, ops mapped to theirs, deps shifted by
@@ -931,7 +1018,9 @@ class _ChunkTemplate:
         if any(t is None for t in self.steps.values()):
             return False
         for f, t in self.steps.items():
-            t.copy_to(layers, getattr(ch, f))  # type: ignore[union-attr]
+            assert t is not None
+            if not ch.defer(f, t, layers):  # made when first read (ChunkProgram.defer)
+                t.copy_to(layers, getattr(ch, f))
         src = self.ch
         if self.forward:
             for f in _FORWARD_FIELDS:

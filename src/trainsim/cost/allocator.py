@@ -408,11 +408,13 @@ def _compile(steps: list[tuple[float, float, str]], stack: list[tuple[int, int]]
     return _Program(tuple(ops), not mine, (need[0], need[1]), rise)
 
 
-def _unit_steps(chunk: ChunkProgram, kind: str, schedule_kind: str) -> list[tuple[float, float, str]]:
-    """The steps a unit of `kind` (F, B, W) of `chunk` runs: B without the weight gradients under zb-h1."""
+def _unit_steps(chunks: tuple[ChunkProgram, ChunkProgram], kind: str, schedule_kind: str
+                ) -> list[tuple[float, float, str]]:
+    """The steps a unit of `kind` (F, B, W) runs, of `chunks` (whose forward, whose backward): B without the
+    weight gradients under zb-h1."""
     if kind == "F":
-        return list(map(_STEP, chunk.fwd))
-    bwd = list(map(_STEP, chunk.bwd))
+        return list(map(_STEP, chunks[0].fwd))
+    bwd = list(map(_STEP, chunks[1].bwd))
     if kind == "W":
         return [s for s in bwd if s[2] == "wgrad"]
     return [s for s in bwd if s[2] != "wgrad"] if schedule_kind == "zb-h1" else bwd
@@ -430,7 +432,7 @@ class _Replay:
         self._phase_ids: dict[tuple[int, str], int] = {}  # (chunk number, fwd | bwd) -> id of its steps' values
         self._phase_values: dict[tuple[tuple[float, float, str], ...], int] = {}
         self._sigs: dict[tuple[int, int], int] = {}
-        self._chunks: list[ChunkProgram] = []
+        self._chunks: list[tuple[ChunkProgram, ChunkProgram]] = []  # per signature: whose forward, backward
         self._of_chunk: dict[int, int] = {}  # id(chunk) -> signature (the chunks outlive the call)
         # (chunk signature, phases so far) -> (program of the last, unit stack after, slot bytes after)
         self._units: dict[tuple[int, tuple[str, ...]], tuple[_Program | None, list[tuple[int, int]], list[int]]] = {}
@@ -440,8 +442,9 @@ class _Replay:
         if id(chunk) in self._of_chunk:
             return self._of_chunk[id(chunk)]
         sid = self._sigs.setdefault((self._phase_id(chunk, "fwd"), self._phase_id(chunk, "bwd")), len(self._sigs))
-        if sid == len(self._chunks):
-            self._chunks.append(chunk)
+        if sid == len(self._chunks):  # read from the originals (a recorded copy's lists may be deferred)
+            self._chunks.append((self.copies.get((chunk.chunk, "fwd"), chunk),
+                                 self.copies.get((chunk.chunk, "bwd"), chunk)))
         self._of_chunk[id(chunk)] = sid
         return sid
 

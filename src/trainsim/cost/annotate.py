@@ -308,8 +308,9 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     for ch in program.chunks:
         stage_rank = mesh.rank({"pp": ch.pp_rank})
         copied = copier.take(ch, stage_rank) if copier is not None else ()
-        lists = [steps for phase, steps in (("fwd", ch.fwd), ("bwd", ch.bwd), ("fwd", ch.grad_sync),
-                                            ("fwd", ch.post_step)) if phase not in copied]
+        # (a copied phase's lists are not read: lowering may have deferred them, ChunkProgram.defer)
+        lists = [getattr(ch, name) for phase, name in (("fwd", "fwd"), ("bwd", "bwd"), ("fwd", "grad_sync"),
+                                                       ("fwd", "post_step")) if phase not in copied]
         for s in [s for steps in lists for s in steps]:
             kind = s.kind
             if kind == "compute":
@@ -325,7 +326,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
                     host = host_of.get(s.axes)
                     s.host_s = collective_host(s.axes) if host is None else host
         # (a copied phase has its original's durations as these leave them)
-        adjusted = [steps for phase, steps in (("fwd", ch.fwd), ("bwd", ch.bwd)) if phase not in copied]
+        adjusted = [getattr(ch, phase) for phase in ("fwd", "bwd") if phase not in copied]
         if program.tree.tp_comm_overlap and mesh.tp > 1:
             for steps in adjusted:
                 _overlap_tp_comm(steps, mesh.tp)
@@ -376,6 +377,7 @@ class _Copier:
         self.priced: dict[tuple[int, str], int] = {}
         self.pending: dict[tuple[int, str], list[int]] = {}  # an original's (chunk, phase) -> copies waiting
         self._calls: dict[tuple[int, str], list[Step]] = {}  # an original's collectives, one per distinct call
+        self._costs: dict[tuple[int, str], list[tuple[float, float]]] = {}  # an original's list: its step costs
 
     def take(self, ch: ChunkProgram, stage_rank: int) -> tuple[str, ...]:
         """The phases of ch not to price step by step: copied now from an original already priced, or left
@@ -426,9 +428,10 @@ class _Copier:
             for s in self._calls_of(src, phase):  # the copy's stage's prices and link demands
                 self.pricer.collective(s, stage_rank)
         for name in _COPIED_LISTS[phase]:
-            for s, like in zip(getattr(ch, name), getattr(original, name), strict=True):
-                s.duration_s = like.duration_s
-                s.host_s = like.host_s
+            costs = self._costs.get((src, name))
+            if costs is None:
+                costs = self._costs[(src, name)] = [(s.duration_s, s.host_s) for s in getattr(original, name)]
+            ch.copy_costs(name, costs)  # a deferred list keeps them for when it is made
         self.priced[(ch.chunk, phase)] = src
 
 
