@@ -87,6 +87,10 @@ class Step:
     in_switch: bool = False
 
 
+STEP_LISTS = ("fwd", "bwd", "grad_sync", "post_step")
+"""A ChunkProgram's step lists."""
+
+
 @dataclass
 class ChunkProgram:
     """Everything one pipeline chunk (model chunk on one pipeline rank) runs per iteration."""
