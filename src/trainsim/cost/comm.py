@@ -459,7 +459,10 @@ class NcclComm:
                concurrency: int = 1) -> CommChoice:
         """The (algorithm, protocol) NCCL's own tuning model picks (its fastest estimate among the
         enabled options), with the calibrated time of that choice."""
-        options = self.options(collective, size_bytes, group, concurrency)
+        return self._choose(self.options(collective, size_bytes, group, concurrency))
+
+    @staticmethod
+    def _choose(options: list[tuple[CommChoice, float]]) -> CommChoice:
         return min(options, key=lambda o: o[1])[0] if options else CommChoice("none", "none", 0.0)
 
     def options(self, collective: str, size_bytes: float, group: tuple[int, ...],
@@ -475,7 +478,11 @@ class NcclComm:
         ranks = tuple(dict.fromkeys(group))
         if len(ranks) <= 1 or size_bytes <= 0:
             return []
-        shape = self._shape(ranks, max(1, int(concurrency)), collective)
+        return self._options(collective, size_bytes, ranks, self._shape(ranks, max(1, int(concurrency)), collective))
+
+    def _options(self, collective: str, size_bytes: float, ranks: tuple[int, ...],
+                 shape: _Shape) -> list[tuple[CommChoice, float]]:
+        """`options` of a non-trivial call whose group's layout is `shape`."""
         if collective == "send_recv":
             choice = self._send_recv(size_bytes, ranks, shape)
             return [(choice, choice.time_s)]
@@ -505,16 +512,20 @@ class NcclComm:
                concurrency: int = 1) -> tuple[float, tuple[float, dict[str, float]]]:
         """`time()` and `demand()` of one call from a single choice of algorithm (the cost layer wants both
         for every collective under bandwidth sharing, and choosing is most of the price)."""
-        choice = self.choose(collective, size_bytes, group, concurrency)
-        return choice.time_s, self._demand(choice, collective, size_bytes, group, concurrency)
+        if collective not in COLLECTIVES:
+            raise ValueError(f"unknown collective {collective}")
+        ranks = tuple(dict.fromkeys(group))
+        if len(ranks) <= 1 or size_bytes <= 0:
+            return 0.0, (0.0, {})
+        conc = max(1, int(concurrency))
+        shape = self._shape(ranks, conc, collective)  # one layout for the choice and its demand
+        choice = self._choose(self._options(collective, size_bytes, ranks, shape))
+        return choice.time_s, self._demand(choice, collective, size_bytes, ranks, conc, shape)
 
-    def _demand(self, choice: CommChoice, collective: str, size_bytes: float, group: tuple[int, ...],
-                concurrency: int) -> tuple[float, dict[str, float]]:
+    def _demand(self, choice: CommChoice, collective: str, size_bytes: float, ranks: tuple[int, ...],
+                conc: int, shape: _Shape) -> tuple[float, dict[str, float]]:
         if choice.time_s <= 0:
             return 0.0, {}
-        ranks = tuple(dict.fromkeys(group))
-        conc = max(1, int(concurrency))
-        shape = self._shape(ranks, conc, collective)
         fast = replace(shape, intra_gbps=math.inf, node_net_gbps=math.inf, rail_gbps=math.inf,
                        nvls_gbps=math.inf if shape.nvls_gbps > 0 else 0.0)
         algo = choice.algorithm
@@ -596,12 +607,13 @@ class NcclComm:
     # -- group layout --------------------------------------------------------------------------
     def _shape(self, ranks: tuple[int, ...], concurrency: int, collective: str = "all_reduce") -> _Shape:
         cl = self.cluster
-        for r in ranks:
-            if not 0 <= r < cl.world_size:
-                raise ValueError(f"rank {r} out of range for world size {cl.world_size}")
+        world, gpn = cl.world_size, cl.gpus_per_node
+        if ranks and not (min(ranks) >= 0 and max(ranks) < world):
+            bad = next(r for r in ranks if not 0 <= r < world)
+            raise ValueError(f"rank {bad} out of range for world size {world}")
         by_node: dict[int, list[int]] = {}
         for r in ranks:
-            by_node.setdefault(r // cl.gpus_per_node, []).append(r % cl.gpus_per_node)
+            by_node.setdefault(r // gpn, []).append(r % gpn)
         per_node = max(len(v) for v in by_node.values())
         gpu_share = max(1.0, concurrency * per_node / cl.gpus_per_node)  # groups stacked on the same GPUs
         # the distinct local layouts (a group spread over many nodes repeats one): _intra reads only these
