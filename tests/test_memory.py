@@ -266,3 +266,45 @@ def test_optimizer_in_backward_refuses_a_derived_accumulation() -> None:
     job = _small_job({"micro_batch": 1, "global_batch": 16}, {"optimizer_in_backward": True})
     with pytest.raises(ConfigError, match="accumulates 2 micro-batch"):
         simulate(job)
+
+
+def test_fp8_params_keep_the_blocks_linear_weights_in_one_byte() -> None:
+    """simulation.fp8_params (Megatron --fp8-param-gather, torchao float8 all-gather): each block's four linear
+    weights (qkv 3h^2, proj h^2, fc1 4h^2, fc2 4h^2 = 12h^2 per block) take 1 byte instead of 2; embeddings,
+    biases, norms stay in bf16. By hand on one GPU, then the ZeRO-1 parameter all-gather and the ZeRO-3 gather."""
+    from trainsim.compile.program import layer_sync
+
+    n = gpt_params(L, H, V, S)
+    one = {"dp": 1, "micro_batch": 1, "global_batch": 1}
+    gemm = L * 12 * H * H
+    for sim, params_bytes in (({"dtype": "fp8"}, 2 * n), ({"dtype": "fp8", "fp8_params": True}, 2 * n - gemm)):
+        job = _small_job(one, sim)
+        job["cluster"] = {"name": "dgx-h100", "nodes": 1, "gpus_per_node": 1}
+        r = simulate(job)
+        assert r.memory[0].components_bytes["params"] == pytest.approx(params_bytes, rel=1e-12), sim
+    mdl = build_model("custom", 4, S, "flash", layers=L, hidden=H, heads=A, vocab=V)
+    block = mdl.layers[2]
+    assert block.kind == "transformer"
+    for zero, gathered in ((1, "post_step"), (3, "gather")):
+        tree = build_strategy(mdl, ParallelSpec(dp=4, zero=zero, micro_batch=1, global_batch=4))
+        leaf = next(n for n, _, _ in tree.resolve().leaves() if n.layer is block).leaf
+        sizes = []
+        for prec in (Precision.named("fp8"), Precision.named("fp8", fp8_params=True)):
+            ls = layer_sync(tree, prec, block, leaf, False)
+            sizes.append(sum(s.size_bytes for s in ls.post_step) if gathered == "post_step" else ls.gather_bytes)
+            stored = 12 * H * H / (4 if zero == 3 else 1)  # ZeRO-3 stores a quarter of each weight on dp 4
+            assert ls.fp8_params == (stored if prec.fp8_params else 0.0)
+        # ZeRO-1 gathers the whole block after the step (its 13h biases and norms stay 2 bytes); ZeRO-3 gathers
+        # the weights before use
+        want = (2 * (12 * H * H + 13 * H), 12 * H * H + 2 * 13 * H) if zero == 1 else (2 * 12 * H * H, 12 * H * H)
+        assert sizes == [pytest.approx(w, rel=1e-12) for w in want], zero
+
+
+def test_fp8_params_need_fp8_training() -> None:
+    from trainsim.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        simulate(_small_job({"dp": 1, "micro_batch": 1, "global_batch": 1}, {"fp8_params": True}))
+    assert err.value.field == "simulation.fp8_params"
+    with pytest.raises(ValueError, match="fp8_params"):
+        Precision.named("bf16", fp8_params=True)

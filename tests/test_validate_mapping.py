@@ -231,7 +231,6 @@ def test_attention_backend_flags(setting: str, kernel: str) -> None:
     ("finetune=LoRA r=64 alpha=128 on q,v", "setting not expressible"),
     ("packed=False", "setting not expressible"),
     ("decoder-first-pipeline-num-layers=2", "setting not expressible"),
-    ("fp8-param-gather=True", "setting not expressible"),
     ("mtp-num-layers=1", "setting not expressible"),
     ("Muon optimizer (page note)", "setting not expressible"),
     ("multi-latent-attention=True", "architecture not modelled"),
@@ -273,10 +272,30 @@ def test_precision_defaults_and_skips() -> None:
     assert rj.job["simulation"]["dtype"] == "bf16" and rj.assumptions["precision"].startswith("not stated")
     assert _job(precision="not stated", gpu="V100-SXM2 32GB").job["simulation"]["dtype"] == "fp16"
     assert "autocast" in _job(precision="AMP").assumptions["precision"]
-    for text in ("MXFP8 (1x32 block scaling, E8M0 scales)", "NVFP4", "bf16 + fp8 (hybrid, recipe=blockwise)",
-                 "bf16; float8 linears (fsdp float8 all-gather)"):
+    for text in ("MXFP8 (1x32 block scaling, E8M0 scales)", "NVFP4", "bf16 + fp8 (hybrid, recipe=blockwise)"):
         assert skip_category(_skip(precision=text, gpu="H100 80GB")) == "precision not modelled", text
     assert skip_category(_skip(precision="int4 weights")) == "precision not understood"
+
+
+def test_fp8_weights_map_to_fp8_params() -> None:
+    """Megatron's --fp8-param-gather and torchao's float8 all-gather of FSDP shards keep the blocks' linear
+    weights in FP8 (simulation.fp8_params); with bf16 GEMMs they are a contradiction the row cannot map."""
+    for kw in ({"precision": "bf16 + fp8 (hybrid, recipe=tensorwise)", "other_settings": "fp8-param-gather=True"},
+               {"precision": "bf16; float8 linears (fsdp float8 all-gather)"}):
+        sim = _job(gpu="H100 80GB", **kw).job["simulation"]
+        assert sim["dtype"] == "fp8" and sim["fp8_params"] is True, kw
+    assert "fp8_params" not in _job(gpu="H100 80GB", precision="bf16 + fp8 (hybrid)").job["simulation"]
+    assert skip_category(_skip(gpu="H100 80GB", precision="bf16", other_settings="fp8-param-gather=True")) == \
+        "setting not expressible"
+
+
+def test_per_op_sac_is_refused_for_memory_only() -> None:
+    """torchtitan's op SAC keeps every other matmul's output; priced as selective for time (a note), but a row
+    that measured memory is skipped rather than compared with every activation kept."""
+    rj = _job(recompute="selective per-op (selective_ac_option=op)")
+    assert rj.job["strategy"]["recompute"] == "selective" and "per-op" in rj.assumptions["recompute"]
+    assert skip_category(_skip(recompute="selective per-op (selective_ac_option=op)", peak_mem_gib="40",
+                               mem_kind="reserved")) == "recompute not expressible"
 
 
 # --- architecture ------------------------------------------------------------------------------------------

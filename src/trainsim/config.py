@@ -305,6 +305,11 @@ class SimulationSpec(_Strict):
                                         "micro-batch per step and no pipeline")
     grad_bucket_copy: bool = Field(False, description="PyTorch DDP without gradient_as_bucket_view: the "
                                    "reducer's buckets hold a second copy of the gradients for the whole step")
+    fp8_params: bool = Field(False, description="the FP8 GEMMs' weights kept in FP8 (1 byte) instead of the "
+                             "training dtype: Megatron's --fp8-param-gather (its parameter buffer and ZeRO "
+                             "all-gather in FP8), torchao's float8 all-gather of FSDP shards. The transformer "
+                             "blocks' linear weights only (embeddings, norms and the output layer stay); needs "
+                             "dtype fp8")
     expandable_segments: bool = Field(False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: "
                                       "the caching allocator grows one segment per pool instead of one per "
                                       "request, which removes most fragmentation from peak_reserved")
@@ -378,6 +383,9 @@ class JobConfig(_Strict):
     def _state_recipe(self) -> JobConfig:
         """The simulation's state keys against the strategy they need (with a strategy tree: the tree's)."""
         sim, s = self.simulation, self.strategy
+        if sim.fp8_params and sim.dtype != "fp8":
+            raise ConfigError("simulation.fp8_params", f"keeps the FP8 GEMMs' weights in FP8, but the job trains in "
+                              f"{sim.dtype}", "set simulation.dtype: fp8, or drop fp8_params")
         if s.tree is not None:
             return self
         if sim.grad_bucket_copy:

@@ -33,7 +33,7 @@ import numpy as np
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import Precision
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree
-from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpValues
+from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpKind, OpValues
 from .layout import (
     Layout,
     input_grad_layout,
@@ -108,6 +108,7 @@ class ChunkProgram:
     params_local: float = 0.0  # parameters stored (after TP/PP and ZeRO-3 sharding)
     grads_local: float = 0.0
     optimizer_params_local: float = 0.0
+    fp8_params_local: float = 0.0  # of params_local: FP8 GEMM weights kept in FP8 (Precision.fp8_params)
     embedding_grad_bytes: float = 0.0  # tied embedding/head weight on this chunk (for the cross-stage sum)
     send_fwd_s: float = 0.0  # filled by cost.annotate
     send_bwd_s: float = 0.0
@@ -372,9 +373,10 @@ class _LayerTemplate:
 @dataclass(frozen=True)
 class _StatePlan:
     """A layer's stored states and gradient collectives on one rank (`_Lowerer.grad_sync`), per op in order:
-    (parameters, gradients, optimizer-state parameters stored, tied-embedding gradient bytes or None)."""
+    (parameters, gradients, optimizer-state parameters stored, tied-embedding gradient bytes or None, of the
+    parameters those kept in FP8)."""
 
-    states: tuple[tuple[float, float, float, float | None], ...]
+    states: tuple[tuple[float, float, float, float | None, float], ...]
     buckets: tuple[tuple[str, tuple[str, ...], float], ...]  # (collective, axes, bytes)
     post: tuple[tuple[tuple[str, ...], float], ...]  # ZeRO-1/2 parameter all-gathers: (axes, bytes)
 
@@ -699,11 +701,13 @@ class _Lowerer:
             first[layer.name] = len(ch.fwd)
             prev = self.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd, checkpoint=prev)
             received = None
-            params0, grads0, opt0 = ch.params_local, ch.grads_local, ch.optimizer_params_local
+            params0, grads0, opt0, fp80 = ch.params_local, ch.grads_local, ch.optimizer_params_local, ch.fp8_params_local
             self.grad_sync(layer, node.leaf, ch, tied_here)
             ch.layer_states[layer.name] = (ch.params_local - params0, ch.grads_local - grads0,
                                            ch.optimizer_params_local - opt0)
-            offload_sizes[layer.name] = ((ch.params_local - params0) * self.prec.param_bytes,
+            fp8 = ch.fp8_params_local - fp80
+            offload_sizes[layer.name] = ((ch.params_local - params0 - fp8) * self.prec.param_bytes
+                                         + fp8 * self.prec.weight_bytes(True),
                                          (ch.grads_local - grads0) * self.prec.grad_bytes)
             gathers[layer.name] = self.zero3_gather(layer, node.leaf)
         sent = None
@@ -765,10 +769,11 @@ class _Lowerer:
         tp = self.templates
         plan = tp.value(("sync", tp.layer_key(layer), tp.leaf_key(leaf), tied_here),
                         lambda: self._state_plan(layer, leaf, tied_here))
-        for stored, grads, opt, embedding in plan.states:  # accumulated op by op, as the counts always were
+        for stored, grads, opt, embedding, fp8 in plan.states:  # accumulated op by op, as the counts always were
             chunk.params_local += stored
             chunk.grads_local += grads
             chunk.optimizer_params_local += opt
+            chunk.fp8_params_local += fp8
             if embedding is not None:
                 chunk.embedding_grad_bytes += embedding
         for kind, axes, size in plan.buckets:
@@ -782,7 +787,7 @@ class _Lowerer:
 
     def _state_plan(self, layer: Layer, leaf: LeafConfig, tied_here: bool) -> _StatePlan:
         """What `grad_sync` adds for one layer, as values (see there)."""
-        states: list[tuple[float, float, float, float | None]] = []
+        states: list[tuple[float, float, float, float | None, float]] = []
         buckets: dict[tuple[str, tuple[str, ...]], float] = {}
         post: dict[tuple[str, ...], float] = {}
         # in-switch collectives: the layer's gradient store (its whole shard, norms included) reduce-scatters in
@@ -814,7 +819,9 @@ class _Lowerer:
                 continue
             stored, grads, opt = full_local * f_w, full_local * f_g, full_local * f_o
             tied = op.weight is not None and (layer.kind == "embedding" or op.name == layer.tied_op)
-            states.append((stored, grads, opt, n_weight * self.prec.grad_bytes if tied else None))
+            fp8 = self.prec.fp8_params and _fp8_gemm(layer, op)
+            states.append((stored, grads, opt, n_weight * self.prec.grad_bytes if tied else None,
+                           n_weight * f_w if fp8 else 0.0))
             axes = tuple(a for a in axes if self.mesh.size(a) > 1)  # one bucket per real group
             if not axes:
                 continue
@@ -831,8 +838,10 @@ class _Lowerer:
                     key = ("all_reduce", replicas)
                     size = full_local * self.prec.grad_bytes / self.mesh.group_size(shard)
                     buckets[key] = buckets.get(key, 0.0) + size
-                if stored >= full_local * 0.999:
-                    post[shard] = post.get(shard, 0.0) + full_local * self.prec.param_bytes
+                if stored >= full_local * 0.999:  # FP8 weights gather in FP8, their biases in the training dtype
+                    size = (full_local * self.prec.param_bytes if not fp8
+                            else n_weight * self.prec.weight_bytes(True) + extra * self.prec.param_bytes)
+                    post[shard] = post.get(shard, 0.0) + size
             else:
                 key = ("all_reduce", axes)
                 buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
@@ -851,8 +860,9 @@ class _Lowerer:
                 continue
             split = leaf.ops.get(op.name, {})
             wc = leaf.weights[op.name]
-            full = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, self.prec.param_bytes)
-            stored = tensor_bytes(op, op.weight, wc.weight, self.mesh, self.prec.param_bytes)
+            elem = self.prec.weight_bytes(_fp8_gemm(layer, op))
+            full = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, elem)
+            stored = tensor_bytes(op, op.weight, wc.weight, self.mesh, elem)
             if stored < full * 0.999:
                 total += full
                 axes = tuple(a for a in weight_grad_partial(op, split)
@@ -873,8 +883,9 @@ class _Lowerer:
             if op.weight is None:
                 continue
             split = leaf.ops.get(op.name, {})
-            full = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, self.prec.param_bytes)
-            stored = tensor_bytes(op, op.weight, leaf.weights[op.name].weight, self.mesh, self.prec.param_bytes)
+            elem = self.prec.weight_bytes(_fp8_gemm(layer, op))
+            full = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, elem)
+            stored = tensor_bytes(op, op.weight, leaf.weights[op.name].weight, self.mesh, elem)
             if stored < full * 0.999:
                 total += stored
                 own += 0.0 if tied_here and op.name == layer.tied_op else stored
@@ -892,6 +903,13 @@ class LayerSync:
     states: tuple[float, float, float]
     gather_bytes: float
     gather_axes: tuple[str, ...]
+    fp8_params: float = 0.0  # of states[0]: FP8 GEMM weights kept in FP8 (Precision.fp8_params)
+
+
+def _fp8_gemm(layer: Layer, op: Op) -> bool:
+    """Whether an op is one of the FP8 GEMMs whose weight an FP8 recipe can keep in FP8: a weighted linear layer
+    of a block (Transformer Engine's / torchao's modules; the embedding and the output layer are not)."""
+    return op.kind == OpKind.MATMUL and op.weight is not None and layer.kind not in ("embedding", "head")
 
 
 def layer_sync(tree: StrategyTree, precision: Precision, layer: Layer, leaf: LeafConfig, tied_here: bool,
@@ -906,7 +924,7 @@ def layer_sync(tree: StrategyTree, precision: Precision, layer: Layer, leaf: Lea
     lw.grad_sync(layer, leaf, ch, tied_here)
     size, axes = lw.zero3_gather(layer, leaf)
     return LayerSync(ch.grad_sync, ch.post_step, (ch.params_local, ch.grads_local, ch.optimizer_params_local),
-                     size, axes)
+                     size, axes, ch.fp8_params_local)
 
 
 def _switch_gathered(gathers: dict[str, tuple[float, tuple[str, ...]]], stored: dict[str, tuple[float, float]],
@@ -983,7 +1001,7 @@ Gather = tuple[float, float, tuple[str, ...]]
 """An in-switch gathered layer's (parameter bytes loaded, bytes held once gathered, gather axes)."""
 
 _FORWARD_LISTS = ("fwd", "grad_sync", "post_step")
-_FORWARD_FIELDS = ("params_local", "grads_local", "optimizer_params_local", "embedding_grad_bytes",
+_FORWARD_FIELDS = ("params_local", "grads_local", "optimizer_params_local", "fp8_params_local", "embedding_grad_bytes",
                    "send_fwd_bytes", "offload")
 
 

@@ -77,8 +77,11 @@ def static_memory(chunks: list[ChunkProgram], precision: Precision, device: Devi
         grads = layer_grads * precision.grad_bytes
     else:
         grads = sum(c.grads_local for c in kept) * precision.grad_bytes * precision.grad_buffers
+    params = sum(c.params_local for c in kept)
+    fp8 = sum(c.fp8_params_local for c in kept)  # of them, FP8 GEMM weights kept in FP8 (Precision.fp8_params)
     return StaticMemory(
-        params_bytes=sum(c.params_local for c in kept) * precision.param_bytes,
+        params_bytes=(params - fp8) * precision.param_bytes + fp8 * precision.weight_bytes(True) if fp8
+        else params * precision.param_bytes,
         grads_bytes=grads,
         optimizer_bytes=sum(c.optimizer_params_local for c in kept) * precision.optimizer_bytes,
         workspace_bytes=workspace_bytes(device) if device is not None else 0.0,
@@ -99,4 +102,4 @@ def job_precision(tree: StrategyTree, device: Device, sim: SimulationSpec) -> Pr
     return Precision.named(device.training_dtype if sim.dtype == "auto" else sim.dtype,
                            master_weights=sim.master_weights, optimizer=sim.optimizer,
                            grad_buffers=2 if sim.grad_bucket_copy else 1,
-                           optimizer_in_backward=sim.optimizer_in_backward)
+                           optimizer_in_backward=sim.optimizer_in_backward, fp8_params=sim.fp8_params)

@@ -14,10 +14,13 @@ ADAM_8BIT_BLOCK = 2048
 Block-wise Quantization", section 2.1: blocks of 2048, one fp32 absolute maximum per block)."""
 ADAM_8BIT_STATE_BYTES = 2 * (1.0 + 4.0 / ADAM_8BIT_BLOCK)
 """Both 8-bit Adam moments per parameter: one byte each plus each block's fp32 scale (2.0039 B)."""
+FP8_PARAM_BYTES = 1.0
+"""An FP8 (E4M3) weight element; its per-tensor scale is negligible."""
 
 
 def _dtype_bytes(dtype: str) -> float:
-    """Bytes of a weight stored in the training dtype (fp8 GEMMs keep their weights in bf16)."""
+    """Bytes of a weight stored in the training dtype (fp8 GEMMs keep their weights in bf16 unless
+    Precision.fp8_params)."""
     return 4.0 if dtype in ("fp32", "tf32") else 2.0
 
 
@@ -41,10 +44,16 @@ class Precision:
     activation_bytes: float = 2.0
     grad_buffers: int = 1
     optimizer_in_backward: bool = False
+    fp8_params: bool = False  # the FP8 GEMMs' weights stored and gathered in FP8 (FP8_PARAM_BYTES each)
+
+    def weight_bytes(self, fp8_gemm: bool) -> float:
+        """Bytes of one stored weight element: FP8_PARAM_BYTES for an FP8 GEMM's (`fp8_gemm`) when the weights
+        are kept in FP8 (fp8_params), else param_bytes."""
+        return FP8_PARAM_BYTES if fp8_gemm and self.fp8_params else self.param_bytes
 
     @classmethod
     def named(cls, dtype: str, *, master_weights: bool = True, optimizer: OptimizerKind = "adam",
-              grad_buffers: int = 1, optimizer_in_backward: bool = False) -> Precision:
+              grad_buffers: int = 1, optimizer_in_backward: bool = False, fp8_params: bool = False) -> Precision:
         """The precision of training in `dtype`. master_weights: an fp32 master copy with fp32 optimizer states
         (mixed precision, the default); False: weights, gradients and optimizer states all in the training dtype
         (PyTorch Lightning's bf16-true, torchtune's bf16). optimizer: adam (two moments) or adam_8bit (two
@@ -65,8 +74,10 @@ class Precision:
             master = 0.0
             moments = 2 * weight if optimizer == "adam" else ADAM_8BIT_STATE_BYTES
             grads = weight
+        if fp8_params and base.compute_dtype != "fp8":
+            raise ValueError(f"fp8_params keeps FP8 GEMMs' weights in FP8; {dtype} training has none")
         return cls(base.compute_dtype, base.param_bytes, grads, master + moments, base.activation_bytes,
-                   grad_buffers, optimizer_in_backward)
+                   grad_buffers, optimizer_in_backward, fp8_params)
 
     @classmethod
     def _mixed(cls, dtype: str) -> Precision:
@@ -81,8 +92,11 @@ class Precision:
             return cls("bf16", 2.0, 4.0, 12.0, 2.0)
         return cls(dtype)
 
-    def state_bytes(self, params: float, grads: float, optimizer_params: float) -> float:
+    def state_bytes(self, params: float, grads: float, optimizer_params: float, fp8_params: float = 0.0) -> float:
         """Bytes of these parameter, gradient and optimizer-state counts kept across the step (every gradient
-        copy; none with the optimizer in backward, where each lives only through its layer's backward)."""
+        copy; none with the optimizer in backward, where each lives only through its layer's backward);
+        `fp8_params` of the parameters are FP8 GEMM weights (weight_bytes(True) each)."""
         kept_grads = 0.0 if self.optimizer_in_backward else grads * self.grad_bytes * self.grad_buffers
-        return params * self.param_bytes + kept_grads + optimizer_params * self.optimizer_bytes
+        weights = (params - fp8_params) * self.param_bytes + fp8_params * self.weight_bytes(True) if fp8_params \
+            else params * self.param_bytes
+        return weights + kept_grads + optimizer_params * self.optimizer_bytes

@@ -202,7 +202,7 @@ def _recompute(text: str, notes: dict[str, str]) -> str:
     if re.match(r"(none|no|off|false|disabled|n/a)\b", t):
         return "none"
     if re.search(r"\bselective\b|\bsac\b", t):
-        if re.search(r"per[- ]op|op[- ]level|selective_ac_option\s*=\s*'?op", t):
+        if _per_op_sac(t):
             notes["recompute"] = (f"'{text}': per-op selective activation checkpointing priced as selective "
                                   "(attention core recomputed)")
             return "selective"
@@ -226,6 +226,11 @@ def _recompute(text: str, notes: dict[str, str]) -> str:
             raise RowSkip("recompute not expressible", f"'{text}': only some layers recomputed")
         return "full"
     raise RowSkip("recompute not understood", f"'{text}'")
+
+
+def _per_op_sac(recompute: str) -> bool:
+    """A `recompute` cell naming per-op selective activation checkpointing (torchtitan's op SAC)."""
+    return bool(re.search(r"per[- ]op|op[- ]level|selective_ac_option\s*=\s*'?op", recompute.lower()))
 
 
 def _nemo_recipe(row: dict[str, str]) -> bool:
@@ -262,9 +267,6 @@ def _dtype(precision: str, gpu: str, notes: dict[str, str]) -> str:
     if re.search(r"mxfp8|fp8-mx|block[- ]?(?:wise|scal)|1x32|32x32|128x128|finer-grained", p):
         raise RowSkip("precision not modelled", f"'{precision}': block-scaled FP8 (trainsim's fp8 is per-tensor "
                       "scaled)")
-    if re.search(r"float8 all-gather|fp8 all-gather", p):
-        raise RowSkip("precision not modelled", "FP8 all-gather of sharded parameters (trainsim gathers them in "
-                      "the training dtype)")
     if re.search(r"fp8|float8|e4m3", p):
         return "fp8"
     if re.search(r"bf16|bfloat16", p):
@@ -597,6 +599,7 @@ class _Settings:
     attention: str | None = None
     optimizer_instances: int = 1
     optimizer: str | None = None  # adam_8bit where other_settings names an 8-bit Adam
+    fp8_params: bool = False  # FP8 GEMM weights kept and gathered in FP8 (simulation.fp8_params)
     stages: dict[str, int] = field(default_factory=dict)  # first_stage_layers / last_stage_layers
     features: dict[str, Any] = field(default_factory=dict)
     dropout: dict[str, float] = field(default_factory=dict)
@@ -657,6 +660,10 @@ def _skip(category: str, detail: str) -> Action:
 
 def _ok(m: re.Match[str], st: _Settings) -> None:
     return None
+
+
+def _fp8_params(m: re.Match[str], st: _Settings) -> None:
+    st.fp8_params = True  # Megatron --fp8-param-gather: the parameter buffer and its all-gather in FP8
 
 
 def _dist_opt_instances(m: re.Match[str], st: _Settings) -> None:
@@ -760,7 +767,7 @@ _RULES: list[tuple[str, Action]] = [
     (r"decoder-last-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("last_stage_layers")),
     (r"decoder-(?:first|last)-pipeline-num-layers.*|account-for-(?:embedding|loss)-in-pipeline-split.*|"
      r"pipeline-model-parallel-layout.*|pp_layout.*", _skip(SETTING, "uneven pipeline layout")),
-    (r"fp8-param-gather\s*=\s*true", _skip(SETTING, "FP8 parameter all-gather")),
+    (r"fp8-param-gather\s*=\s*true", _fp8_params),
     (r"first-last-layers-bf16\s*=\s*true", _note("first and last layers in BF16 priced as FP8")),
     # recognised, not modelled or without effect on the step: recorded (notes) or passed (_ok)
     (r"(?:step|experiment)\s*=?\s*'.*", _ok),  # a row label: its settings are in the other columns and tokens
@@ -876,6 +883,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if sp:
         strategy["sequence_parallel"] = True
     strategy["recompute"] = _recompute(_cell(row, "recompute"), notes)
+    if _per_op_sac(_cell(row, "recompute")) and isinstance(measured_memory(row), tuple):
+        raise RowSkip("recompute not expressible", "per-op selective activation checkpointing for memory: "
+                      "torchtitan's op SAC keeps the outputs of every other matmul and of attention and "
+                      "recomputes the rest; priced as selective, every activation is kept (the time is close, "
+                      "the peak is not)")
     sharded = bool(strategy.get("zero") or strategy.get("fsdp"))
     if settings.overlap_param_gather:
         if sharded:
@@ -928,6 +940,10 @@ def _row_job(row: dict[str, str]) -> RowJob:
         simulation["optimizer"] = settings.optimizer
     if not _master_weights(_cell(row, "precision"), notes):
         simulation["master_weights"] = False
+    if settings.fp8_params or re.search(r"float8 all-gather|fp8 all-gather", _cell(row, "precision").lower()):
+        if dtype != "fp8":
+            raise RowSkip(SETTING, f"FP8 weights with {dtype} GEMMs")
+        simulation["fp8_params"] = True  # the blocks' linear weights kept (and all-gathered) in FP8
     if dp > 1 and not sharded and _torch_ddp_buckets(row):
         simulation["grad_bucket_copy"] = True
         notes["grad_bucket_copy"] = ("Lightning Fabric's DDP strategy wraps torch DistributedDataParallel without "
