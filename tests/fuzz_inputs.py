@@ -52,11 +52,12 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--overlap-param-gather": None, "--tp-comm-overlap": None, "--no-p2p-scatter-gather": None,
     "--offload": _choice(["none", "cpu", "nvme", "remote"]),
     "--remote-memory": st.sampled_from(["missing.json", "", ".", "/dev/null"]), "--in-switch-collectives": None,
+    "--offload-activations": None,
     "--seq-len": INTS, "--layers": INTS, "--hidden": INTS, "--heads": INTS, "--kv-heads": INTS, "--ffn": INTS,
     "--vocab": INTS, "--attention": _choice(["flash", "unfused"]),
     "--dtype": _choice(["auto", "bf16", "fp16", "fp8", "fp32", "tf32", "int3"]), "--gamma": FLOATS,
     "--master-weights": None, "--no-master-weights": None, "--optimizer": _choice(["adam", "adam_8bit", "sgd"]),
-    "--optimizer-in-backward": None, "--grad-bucket-copy": None,
+    "--optimizer-in-backward": None, "--grad-bucket-copy": None, "--fp8-params": None,
     "--exact": None, "--no-bandwidth-sharing": None, "--granularity": _choice(["auto", "layer", "op"]),
     "--fidelity": _choice(["event", "analytic"]), "--max-micro-batch": None,
 }

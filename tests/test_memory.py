@@ -308,3 +308,38 @@ def test_fp8_params_need_fp8_training() -> None:
     assert err.value.field == "simulation.fp8_params"
     with pytest.raises(ValueError, match="fp8_params"):
         Precision.named("bf16", fp8_params=True)
+
+
+def test_activation_offloading_moves_each_checkpointed_input_to_the_host() -> None:
+    """strategy.offload_activations with recompute full: each block's checkpointed input (s b h bf16 values) is
+    stored to CPU memory after the block's forward and loaded before its backward, on the memory stream. The
+    activation peak drops by the checkpoints no longer held: in backward the GPU holds the block's own and the
+    next one's (prefetched), so all but two at least, all of them at most. (Blocks big enough that a store, 34
+    MB over PCIe, takes less than a block's forward: the stores keep up.)"""
+    layers, h, s, b = 6, 2048, 4096, 2
+    job = {"model": {"name": "custom", "layers": layers, "hidden": h, "heads": 16, "vocab": V, "seq_len": s},
+           "cluster": {"name": "dgx-a100", "nodes": 1, "gpus_per_node": 1},
+           "strategy": {"dp": 1, "micro_batch": b, "global_batch": b, "recompute": "full"},
+           "simulation": {"dtype": "bf16"}}
+    plain = simulate(job, timeline=True)
+    job["strategy"]["offload_activations"] = True
+    off = simulate(job, timeline=True)
+    checkpoint = 2.0 * s * b * h
+    assert off.graph is not None
+    stores = [n for n in off.graph.name if n.endswith("activations:store")]
+    loads = [n for n in off.graph.name if n.endswith("activations:load")]
+    assert len(stores) == len(loads) == layers
+    drop = plain.memory[0].activation_peak_bytes - off.memory[0].activation_peak_bytes
+    assert (layers - 2) * checkpoint - 1e-6 <= drop <= layers * checkpoint + 1e-6
+    assert off.memory[0].static_bytes == plain.memory[0].static_bytes
+
+
+@pytest.mark.parametrize(("strategy", "fix"), [({"recompute": "selective"}, "recompute full"),
+                                                ({"recompute": "full", "offload": "nvme"}, "offload cpu")])
+def test_activation_offloading_needs_full_recompute_and_host_memory(strategy: dict[str, object], fix: str) -> None:
+    from trainsim.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        simulate(_small_job({"dp": 1, "micro_batch": 1, "global_batch": 1, "offload_activations": True, **strategy},
+                            {}))
+    assert err.value.field == "strategy.offload_activations" and fix in str(err.value)

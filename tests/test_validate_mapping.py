@@ -226,7 +226,6 @@ def test_attention_backend_flags(setting: str, kernel: str) -> None:
 
 
 @pytest.mark.parametrize(("setting", "category"), [
-    ("activation_offloading=True", "setting not expressible"),
     ("fine-grained-activation-offloading=True", "setting not expressible"),
     ("finetune=LoRA r=64 alpha=128 on q,v", "setting not expressible"),
     ("packed=False", "setting not expressible"),
@@ -286,6 +285,17 @@ def test_fp8_weights_map_to_fp8_params() -> None:
         assert sim["dtype"] == "fp8" and sim["fp8_params"] is True, kw
     assert "fp8_params" not in _job(gpu="H100 80GB", precision="bf16 + fp8 (hybrid)").job["simulation"]
     assert skip_category(_skip(gpu="H100 80GB", precision="bf16", other_settings="fp8-param-gather=True")) == \
+        "setting not expressible"
+
+
+def test_activation_offloading_maps_on_full_recompute() -> None:
+    """torchtune's activation_offloading=True with per-layer activation checkpointing: strategy.offload_activations;
+    on any other recompute there is no checkpointed input to offload (a skip)."""
+    rj = _job(recompute="full (per transformer layer)", other_settings="activation_offloading=True")
+    assert rj.job["strategy"]["offload_activations"] is True and rj.job["strategy"]["recompute"] == "full"
+    assert "offload_activations" not in _job(recompute="full", other_settings="activation_offloading=False").job[
+        "strategy"]
+    assert skip_category(_skip(recompute="none", other_settings="activation_offloading=True")) == \
         "setting not expressible"
 
 

@@ -228,7 +228,7 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         last_stage_layers=s.last_stage_layers,
                         stage_layer_counts=tuple(s.stage_layers) if s.stage_layers is not None else None,
                         p2p_scatter_gather=s.p2p_scatter_gather,
-                        offload=s.offload)
+                        offload=s.offload, offload_activations=s.offload_activations)
 
 
 def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims: dict[str, int | None],
@@ -489,7 +489,8 @@ def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
                         micro_batch=tree.micro_batch, global_batch=tree.global_batch,
                         overlap_grad_reduce=tree.overlap_grad_reduce, overlap_param_gather=tree.overlap_param_gather,
                         tp_comm_overlap=tree.tp_comm_overlap, cp_comm=tree.cp_comm,
-                        p2p_scatter_gather=tree.p2p_scatter_gather, offload=tree.offload)
+                        p2p_scatter_gather=tree.p2p_scatter_gather, offload=tree.offload,
+                        offload_activations=tree.offload_activations)
 
 
 def check_work(tree: StrategyTree, sim: SimulationSpec) -> WorkEstimate:
@@ -537,7 +538,12 @@ def offload_memory(tree: StrategyTree, cl: Cluster, remote_memory: RemoteMemoryS
     if remote_memory is not None and tree.offload != "remote":
         raise ConfigError("cluster.remote_memory", f"only applies with strategy.offload remote (the strategy's "
                           f"offload is {tree.offload})", "offload to remote, or drop it")
-    memory = offload_memory_system(tree.offload, cl, remote_memory)
+    # activation offloading moves checkpointed inputs to CPU memory whatever holds the model states
+    target = "cpu" if tree.offload_activations and tree.offload == "none" else tree.offload
+    if tree.offload_activations and target not in ("cpu",):
+        raise ConfigError("strategy.offload_activations", f"moves activations to CPU memory; the model states are "
+                          f"offloaded to {tree.offload}", "offload the states to cpu (or not at all) with it")
+    memory = offload_memory_system(target, cl, remote_memory)
     if tree.offload_in_switch and (tree.offload != "remote" or not isinstance(memory, HierarchicalPool)):
         where = f"offload {tree.offload}" if tree.offload != "remote" or remote_memory is None \
             else f"the {remote_memory.pool} pool"

@@ -120,6 +120,10 @@ def simulate(
                                             "weights, gradients and optimizer states live")] = None,
     remote_memory: Annotated[str | None, Opt("--remote-memory", help="with --offload remote: ASTRA-sim's remote "
                                              "memory JSON as the pool (cluster.remote_memory pool astra)")] = None,
+    offload_activations: Annotated[bool | None, Opt("--offload-activations/--no-offload-activations",
+                                                    help="with --recompute full: each layer's checkpointed input "
+                                                         "kept in CPU memory between its forward and backward "
+                                                         "(torchtune activation offloading)")] = None,
     in_switch_collectives: Annotated[bool | None, Opt("--in-switch-collectives/--no-in-switch-collectives",
                                                       help="with --offload remote and --zero 3 / --fsdp: the "
                                                            "pool's switches gather parameters while loading and "
@@ -153,6 +157,9 @@ def simulate(
     grad_bucket_copy: Annotated[bool | None, Opt("--grad-bucket-copy/--no-grad-bucket-copy",
                                                  help="PyTorch DDP without gradient_as_bucket_view: a second "
                                                       "copy of the gradients in its buckets")] = None,
+    fp8_params: Annotated[bool | None, Opt("--fp8-params/--no-fp8-params",
+                                           help="with --dtype fp8: the blocks' linear weights kept and all-gathered "
+                                                "in FP8 (Megatron --fp8-param-gather)")] = None,
     gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
     exact: Annotated[bool | None, Opt("--exact/--symmetric", help="simulate every rank (slow) or rank classes")] = None,
     bandwidth_sharing: Annotated[bool | None, Opt("--bandwidth-sharing/--no-bandwidth-sharing",
@@ -207,11 +214,12 @@ def simulate(
                      "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm,
                      "dp_replicate": dp_replicate, "first_stage_layers": first_stage_layers,
                      "last_stage_layers": last_stage_layers, "offload": offload,
-                     "offload_in_switch": in_switch_collectives,
+                     "offload_in_switch": in_switch_collectives, "offload_activations": offload_activations,
                      "p2p_scatter_gather": p2p_scatter_gather,
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "master_weights": master_weights, "optimizer": optimizer,
                        "optimizer_in_backward": optimizer_in_backward, "grad_bucket_copy": grad_bucket_copy,
+                       "fp8_params": fp8_params,
                        "gamma": gamma, "exact": exact, "granularity": granularity,
                        "fidelity": fidelity, "calibration": calibration, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing, "semantics": semantics,

@@ -226,6 +226,10 @@ class StrategySpec(_Strict):
         "none", description="keep parameters, gradients and optimizer states in CPU DRAM / NVMe (ZeRO-Infinity) or "
         "a disaggregated pool (ASTRA-sim HierMem): each layer's weights are loaded before its forward and "
         "backward and its gradients stored after, on the memory stream")
+    offload_activations: bool = Field(
+        False, description="each layer's checkpointed input (recompute full) moved to CPU memory after its forward "
+        "and brought back before its backward, over PCIe on the memory stream, the next layer's prefetched "
+        "(torchtune's enable_activation_offloading, Megatron's --cpu-offloading-activations)")
     offload_in_switch: bool = Field(
         False, description="with offload remote on a hiermem pool and sharded parameters (zero 3 / fsdp): the "
         "pool's switches all-gather the parameters while loading and reduce-scatter the gradients while storing "
@@ -251,6 +255,12 @@ class StrategySpec(_Strict):
             raise ConfigError("strategy.overlap_param_gather", "needs sharded parameters (ZeRO >= 1 or FSDP): "
                               "without them there is no parameter all-gather to hide",
                               "add --zero 1 (distributed optimizer), or drop --overlap-param-gather")
+        if self.offload_activations and self.recompute != "full":
+            raise ConfigError("strategy.offload_activations", f"offloads each layer's checkpointed input, but recompute "
+                              f"is {self.recompute}", "add --recompute full, or drop --offload-activations")
+        if self.offload_activations and self.offload not in ("none", "cpu"):
+            raise ConfigError("strategy.offload_activations", f"moves activations to CPU memory; the model states "
+                              f"are offloaded to {self.offload}", "use --offload cpu or none with it")
         if self.offload_in_switch and self.offload != "remote":
             raise ConfigError("strategy.offload_in_switch", "in-switch collectives run in a remote memory pool's "
                               f"switches, but offload is {self.offload}",

@@ -84,3 +84,50 @@ def insert_offload(steps: list[Step], sizes: dict[str, tuple[float, float]], pha
         if phase == "bwd" and grad > 0 and name not in in_switch:
             out.append(store(name, i))
     return out
+
+
+def insert_activation_offload(steps: list[Step], kept: dict[str, float], phase: str) -> list[Step]:
+    """Activation offloading (torchtune's enable_activation_offloading, on activation checkpointing): each layer's
+    checkpointed input (`kept`: layer -> bytes per rank) goes to CPU memory as soon as its forward is done and
+    comes back before its backward, on the memory stream.
+
+    Forward: a store right after the layer's last step frees the bytes when it ends; the next step does not
+    wait for it. Backward: a load before the layer's first step allocates them again (prefetched once the
+    previous layer in backward order has started, as torchtune prefetches the next layer's), and the
+    backward frees them where it freed them before. The other steps keep their order and dependencies."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        first.setdefault(s.layer, i)
+        last[s.layer] = i
+    starts = set(first.values())
+    store_after = {i: name for name, i in last.items() if kept.get(name, 0.0) > 0} if phase == "fwd" else {}
+    load_before = {i: name for name, i in first.items() if kept.get(name, 0.0) > 0} if phase == "bwd" else {}
+    out: list[Step] = []
+    new_index: dict[int, int] = {}
+    prev_layer_start: int | None = None
+    after_store = -1  # the output index of the step a store was just put after (-1: none)
+    for i, s in enumerate(steps):
+        deps = None if s.deps is None else tuple(new_index[d] for d in s.deps)
+        if deps is None and after_store >= 0:
+            deps = (after_store,)  # the previous step, not the store put between them
+        after_store = -1
+        name = load_before.get(i)
+        if name is not None:
+            out.append(Step(f"{name}.activations:load", "memory", Stream.MEMORY, "offload", name,
+                            deps=(prev_layer_start,) if prev_layer_start is not None else (), phase=phase,
+                            access="load", size_bytes=kept[name], alloc_bytes=kept[name]))
+            before = deps if deps is not None else ((len(out) - 2,) if len(out) > 1 else ())
+            deps = (*before, len(out) - 1)
+        if i in starts:
+            prev_layer_start = len(out)
+        new_index[i] = len(out)
+        s.deps = deps
+        out.append(s)
+        name = store_after.get(i)
+        if name is not None:
+            out.append(Step(f"{name}.activations:store", "memory", Stream.MEMORY, "offload", name,
+                            deps=(len(out) - 1,), phase=phase, access="store", size_bytes=kept[name],
+                            free_bytes=kept[name]))
+            after_store = len(out) - 2
+    return out

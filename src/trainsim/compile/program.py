@@ -728,8 +728,17 @@ class _Lowerer:
 
             ch.offload = self.tree.offload
             ch.fwd = insert_offload(ch.fwd, offload_sizes, "fwd", switch)
+        kept: dict[str, float] = {}
+        if self.tree.offload_activations:  # each checkpointed layer's input to CPU memory and back (compile.offload)
+            from .offload import insert_activation_offload
+
+            full = {node.layer.name for node, rc in entries if rc == "full"}
+            for s in ch.fwd:
+                if s.layer in full:
+                    kept[s.layer] = kept.get(s.layer, 0.0) + s.alloc_bytes - s.free_bytes
+            ch.fwd = insert_activation_offload(ch.fwd, kept, "fwd")
         return _ChunkForward(inputs, list(offload_sizes.values()), [switch.get(name) for name in ch.layers], prev,
-                             sent)
+                             sent, [kept.get(name, 0.0) for name in ch.layers])
 
     def backward_chunk(self, ch: ChunkProgram, entries: list[Entry], fwd: _ChunkForward, grad: Tensor | None,
                        sends: bool) -> Tensor | None:
@@ -755,6 +764,10 @@ class _Lowerer:
             from .offload import insert_offload
 
             ch.bwd = insert_offload(ch.bwd, dict(zip(names, fwd.offload_sizes, strict=True)), "bwd", switch)
+        if any(fwd.activations):  # by position: a copied forward's result names its original's layers
+            from .offload import insert_activation_offload
+
+            ch.bwd = insert_activation_offload(ch.bwd, dict(zip(names, fwd.activations, strict=True)), "bwd")
         return grad
 
     # -- gradients and parameters ---------------------------------------------------------------
@@ -1016,6 +1029,7 @@ class _ChunkForward:
     switch: list[Gather | None]
     out: Tensor | None
     sent: Tensor | None
+    activations: list[float] = field(default_factory=list)  # per layer: its offloaded checkpointed input (bytes)
 
 
 @dataclass

@@ -57,6 +57,7 @@ class ParallelSpec:
     stage_layer_counts: tuple[int, ...] | None = None  # transformer layers per chunk (pp x vpp), all given
     p2p_scatter_gather: bool = True  # Megatron's scatter/gather pipeline hand-off (--no-scatter-gather-... off)
     offload: str = "none"  # none | cpu | nvme | remote (parameters/gradients/optimizer states off the GPU)
+    offload_activations: bool = False  # checkpointed layer inputs kept in CPU memory between forward and backward
 
 
 def _require(cond: bool, field: str, problem: str, fix: str) -> None:
@@ -278,6 +279,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.cp_comm = p.cp_comm
     tree.p2p_scatter_gather = p.p2p_scatter_gather
     tree.offload = p.offload
+    tree.offload_activations = p.offload_activations
     m = p.global_batch // (p.micro_batch * p.dp)
     kind = "interleaved" if p.vpp > 1 else p.schedule
     cap = p.max_ongoing if kind == "dynamic" or (p.max_ongoing is not None and p.max_ongoing < min(p.pp, m)) \

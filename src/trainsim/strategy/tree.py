@@ -498,6 +498,9 @@ class StrategyTree:
     # offload remote: the pool's switches gather ZeRO-3 parameters while loading and reduce-scatter gradients
     # while storing (ASTRA-sim 2.0 in-switch collectives); the GPUs run neither collective
     offload_in_switch: bool = False
+    # each layer's checkpointed input (recompute full) stored to CPU memory after its forward and loaded back before
+    # its backward, on the memory stream (torchtune's activation offloading; compile.offload)
+    offload_activations: bool = False
     schedule_set: bool = False  # a schedule was given (preset or schedule()); else derived from the batch at resolve
     # inside `held_resolved()`: resolved once, and resolve() returns at once (nothing edits the tree meanwhile)
     _resolve_held: bool = field(default=False, init=False, repr=False, compare=False)
@@ -716,7 +719,8 @@ class StrategyTree:
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "tp_comm_overlap": self.tp_comm_overlap, "cp_comm": self.cp_comm,
             "p2p_scatter_gather": self.p2p_scatter_gather,
-            "offload": self.offload, "offload_in_switch": self.offload_in_switch, "zero_stage": self.zero_stage,
+            "offload": self.offload, "offload_in_switch": self.offload_in_switch,
+            "offload_activations": self.offload_activations, "zero_stage": self.zero_stage,
             "layers": layers,
         }
 
@@ -752,6 +756,7 @@ class StrategyTree:
             setattr(tree, flag, bool(data.get(flag, getattr(tree, flag))))
         tree.offload = str(data.get("offload", "none"))
         tree.offload_in_switch = bool(data.get("offload_in_switch", False))
+        tree.offload_activations = bool(data.get("offload_activations", False))
         cp_comm = data.get("cp_comm", "p2p")
         if cp_comm not in ("p2p", "all_gather"):
             raise ConfigError("strategy.cp_comm", f"unknown value {cp_comm!r}", "use p2p or all_gather")

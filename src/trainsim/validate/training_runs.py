@@ -600,6 +600,7 @@ class _Settings:
     optimizer_instances: int = 1
     optimizer: str | None = None  # adam_8bit where other_settings names an 8-bit Adam
     fp8_params: bool = False  # FP8 GEMM weights kept and gathered in FP8 (simulation.fp8_params)
+    offload_activations: bool = False  # checkpointed layer inputs in CPU memory (strategy.offload_activations)
     stages: dict[str, int] = field(default_factory=dict)  # first_stage_layers / last_stage_layers
     features: dict[str, Any] = field(default_factory=dict)
     dropout: dict[str, float] = field(default_factory=dict)
@@ -660,6 +661,10 @@ def _skip(category: str, detail: str) -> Action:
 
 def _ok(m: re.Match[str], st: _Settings) -> None:
     return None
+
+
+def _offload_activations(m: re.Match[str], st: _Settings) -> None:
+    st.offload_activations = True  # torchtune's enable_activation_offloading (checkpointed inputs to CPU)
 
 
 def _fp8_params(m: re.Match[str], st: _Settings) -> None:
@@ -757,8 +762,8 @@ _RULES: list[tuple[str, Action]] = [
      _skip(SETTING, "multi-token prediction layers")),
     (r"mtp-num-layers\s*=\s*0|mtp disabled.*", _ok),
     # settings that change the step and are not expressible
-    (r"activation[_ ](?:cpu[_ ])?offload(?:ing)?\s*=\s*(?:true|on)|fine-grained-activation-offloading.*|"
-     r"offload-modules.*", _skip(SETTING, "activation offloading")),
+    (r"activation[_ ](?:cpu[_ ])?offload(?:ing)?\s*=\s*(?:true|on)", _offload_activations),
+    (r"fine-grained-activation-offloading.*|offload-modules.*", _skip(SETTING, "per-module activation offloading")),
     (r"activation[_ ](?:cpu[_ ])?offload(?:ing)?\s*=\s*(?:false|off)", _ok),
     (r"finetune\s*=\s*q?lora.*", _skip(SETTING, "LoRA/QLoRA fine-tuning (frozen base weights, adapters)")),
     (r"packed\s*=\s*false", _skip(SETTING, "unpacked variable-length sequences (seq_len is only the maximum)")),
@@ -883,6 +888,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if sp:
         strategy["sequence_parallel"] = True
     strategy["recompute"] = _recompute(_cell(row, "recompute"), notes)
+    if settings.offload_activations:
+        if strategy["recompute"] != "full":
+            raise RowSkip(SETTING, f"activation offloading with recompute {strategy['recompute']} (trainsim "
+                          "offloads the checkpointed inputs of full recompute)")
+        strategy["offload_activations"] = True
     if _per_op_sac(_cell(row, "recompute")) and isinstance(measured_memory(row), tuple):
         raise RowSkip("recompute not expressible", "per-op selective activation checkpointing for memory: "
                       "torchtitan's op SAC keeps the outputs of every other matmul and of attention and "
