@@ -293,7 +293,7 @@ def test_fp8_params_keep_the_blocks_linear_weights_in_one_byte() -> None:
             ls = layer_sync(tree, prec, block, leaf, False)
             sizes.append(sum(s.size_bytes for s in ls.post_step) if gathered == "post_step" else ls.gather_bytes)
             stored = 12 * H * H / (4 if zero == 3 else 1)  # ZeRO-3 stores a quarter of each weight on dp 4
-            assert ls.fp8_params == (stored if prec.fp8_params else 0.0)
+            assert ls.param_bytes_adjust == (-stored if prec.fp8_params else 0.0)  # 1 byte each instead of 2
         # ZeRO-1 gathers the whole block after the step (its 13h biases and norms stay 2 bytes); ZeRO-3 gathers
         # the weights before use
         want = (2 * (12 * H * H + 13 * H), 12 * H * H + 2 * 13 * H) if zero == 1 else (2 * 12 * H * H, 12 * H * H)
@@ -343,3 +343,43 @@ def test_activation_offloading_needs_full_recompute_and_host_memory(strategy: di
         simulate(_small_job({"dp": 1, "micro_batch": 1, "global_batch": 1, "offload_activations": True, **strategy},
                             {}))
     assert err.value.field == "strategy.offload_activations" and fix in str(err.value)
+
+
+def test_lora_freezes_the_base_and_trains_rank_r_adapters_by_hand() -> None:
+    """model.lora_rank r on q and v (Hu et al. 2021): every base parameter frozen (no gradients or optimizer
+    states), adapters r (in + out) per adapted matrix trained: L r 4h for the small GPT (q and v are h x h). In
+    mixed precision the adapters take 2 + 4 + 12 bytes, the frozen base 2. QLoRA (lora_base nf4) stores the
+    adapted q and v parts of each qkv matrix (2h^2 of its 3h^2) at 4.127 bits. The backward skips the frozen
+    weights' gradient GEMMs, so the step is shorter."""
+    from trainsim.strategy.precision import NF4_BYTES_PER_PARAM
+
+    n, r = gpt_params(L, H, V, S), 8
+    adapters = L * r * 4 * H
+    one = {"dp": 1, "micro_batch": 1, "global_batch": 1}
+    full = simulate(_small_job(one, {}))
+    job = _small_job(one, {})
+    job["model"].update(lora_rank=r, lora_targets=["q", "v"])
+    lora = simulate(job)
+    parts = lora.memory[0].components_bytes
+    assert lora.model_params == n + adapters
+    assert parts["params"] == pytest.approx(2 * (n + adapters), rel=1e-12)
+    assert parts["grads"] == pytest.approx(4 * adapters, rel=1e-12)
+    assert parts["optimizer_states"] == pytest.approx(12 * adapters, rel=1e-12)
+    assert lora.iteration_time_s < full.iteration_time_s
+    job["model"]["lora_base"] = "nf4"
+    qlora = simulate(job).memory[0].components_bytes
+    assert qlora["params"] == pytest.approx(2 * (n + adapters) - L * 2 * H * H * (2 - NF4_BYTES_PER_PARAM), rel=1e-12)
+    assert qlora["grads"] == parts["grads"]
+
+
+def test_chunked_cross_entropy_keeps_the_bf16_logits_and_one_fp32_chunk() -> None:
+    """model.loss chunked (torchtune's CEWithChunkedOutputLoss, 8 chunks): the loss keeps the bf16 logits (2 bytes
+    a logit) and upcasts one chunk at a time (4 / 8), against upcast's fp32 softmax (4) and bf16 logits beside it
+    (2): 3.5 bytes a logit less at the loss, where a large vocabulary puts the activation peak."""
+    vocab, s, b = 32768, 512, 2
+    peaks = []
+    for loss in ("upcast", "chunked"):
+        job = _small_job({"dp": 1, "micro_batch": b, "global_batch": b}, {})
+        job["model"].update(vocab=vocab, seq_len=s, loss=loss)
+        peaks.append(simulate(job).memory[0].activation_peak_bytes)
+    assert peaks[0] - peaks[1] == pytest.approx(3.5 * b * s * vocab, rel=0.01)

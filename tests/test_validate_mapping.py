@@ -227,7 +227,8 @@ def test_attention_backend_flags(setting: str, kernel: str) -> None:
 
 @pytest.mark.parametrize(("setting", "category"), [
     ("fine-grained-activation-offloading=True", "setting not expressible"),
-    ("finetune=LoRA r=64 alpha=128 on q,v", "setting not expressible"),
+    ("finetune=LoRA alpha=128 on q,v", "setting not expressible"),
+    ("finetune=LoRA r=8 on q,gate_proj", "setting not expressible"),
     ("packed=False", "setting not expressible"),
     ("decoder-first-pipeline-num-layers=2", "setting not expressible"),
     ("mtp-num-layers=1", "setting not expressible"),
@@ -297,6 +298,17 @@ def test_activation_offloading_maps_on_full_recompute() -> None:
         "strategy"]
     assert skip_category(_skip(recompute="none", other_settings="activation_offloading=True")) == \
         "setting not expressible"
+
+
+def test_lora_rows_map_rank_targets_and_base() -> None:
+    """torchtune's 'finetune=LoRA r=64 alpha=128 on q,v,output_proj + MLP' (QLoRA: an NF4 base): model.lora_*."""
+    m = _job(arch="Llama (RMSNorm, SwiGLU, GQA, RoPE)", n_kv_heads="8",
+             other_settings="finetune=LoRA r=64 alpha=128 on q,v,output_proj + MLP (3B_lora_single_device)").job["model"]
+    assert (m["lora_rank"], m["lora_targets"], m["lora_base"]) == (64, ["q", "v", "o", "mlp"], "bf16")
+    m = _job(arch="Llama (RMSNorm, SwiGLU, GQA, RoPE)", n_kv_heads="8",
+             other_settings="finetune=QLoRA (NF4 base) r=64 alpha=128 on q,v,output_proj + MLP").job["model"]
+    assert m["lora_base"] == "nf4" and m["lora_rank"] == 64
+    assert _job(other_settings="loss=chunked CE").job["model"]["loss"] == "chunked"
 
 
 def test_per_op_sac_is_refused_for_memory_only() -> None:

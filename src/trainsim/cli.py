@@ -142,6 +142,12 @@ def simulate(
     mlp: Annotated[str | None, Opt(help="override the MLP: gelu | swiglu | relu2")] = None,
     position: Annotated[str | None, Opt(help="override the position encoding: learned | rope | alibi")] = None,
     norm: Annotated[str | None, Opt(help="override the norm: layernorm | rmsnorm")] = None,
+    lora_rank: Annotated[int | None, Opt(help="LoRA fine-tuning: freeze every parameter and train rank-R "
+                                              "adapters (model.lora_rank)")] = None,
+    lora_targets: Annotated[str | None, Opt(help="with --lora-rank: the adapted matrices, a comma list of q, k, "
+                                                 "v, o, mlp, output (default q,v)")] = None,
+    lora_base: Annotated[str | None, Opt(help="with --lora-rank: bf16 (LoRA) | nf4 (QLoRA: the adapted "
+                                              "matrices in 4-bit NormalFloat)")] = None,
     dtype: Annotated[str | None, Opt(help="auto (default: bf16 from Ampere on, fp16 on V100, fp32 on Pascal) | bf16 "
                                         "| fp16 | fp8 | tf32 | fp32")] = None,
     master_weights: Annotated[bool | None, Opt("--master-weights/--no-master-weights",
@@ -199,7 +205,9 @@ def simulate(
     flags: dict[str, Any] = {
         "model": {"name": model, "hf_config": str(hf_config) if hf_config is not None else None, "seq_len": seq_len, "layers": layers, "hidden": hidden, "heads": heads,
                   "kv_heads": kv_heads, "ffn": ffn, "vocab": vocab, "attention": attention, "kernels": kernels,
-                  "mlp": mlp, "position": position, "norm": norm},
+                  "mlp": mlp, "position": position, "norm": norm, "lora_rank": lora_rank,
+                  "lora_targets": [x.strip() for x in lora_targets.split(",") if x.strip()]
+                  if lora_targets is not None else None, "lora_base": lora_base},
         "cluster": {"name": cluster, "nodes": nodes, "gpu": gpu, "gpus_per_node": gpus_per_node,
                     "intra_node_gbps": intra_node_gbps, "nics_per_node": nics_per_node, "nic_gbps": nic_gbps,
                     "topology": topology, "bandwidth_gbps": _floats(bandwidth, "--bandwidth"),

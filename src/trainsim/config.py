@@ -65,10 +65,11 @@ class ModelSpec(_Strict):
         "(PyTorch eager mode: RMSNorm, SwiGLU, rotary embedding and the loss run as chains of element-wise "
         "kernels)")
     # how the training framework stores tensors for backward (activation memory; workload.zoo.transformer)
-    loss: Literal["upcast", "upcast_twice"] | None = Field(
+    loss: Literal["upcast", "upcast_twice", "chunked"] | None = Field(
         None, description="the cross-entropy's temporaries beside the fp32 softmax it keeps: upcast (one fp32 "
         "copy of the bf16 logits, worked in place: Megatron; the default) or upcast_twice (a second fp32 tensor: "
-        "nanotron, Megatron's --cross-entropy-loss-fusion, eager F.cross_entropy(logits.float()))")
+        "nanotron, Megatron's --cross-entropy-loss-fusion, eager F.cross_entropy(logits.float())); chunked: "
+        "torchtune's chunked cross-entropy, which keeps the bf16 logits and upcasts one of 8 chunks at a time")
     sp_saves: Literal["shard", "gathered"] | None = Field(
         None, description="under sequence parallelism, the input a column-parallel linear keeps for its weight "
         "gradient: shard (re-gathered in backward: Megatron; the default) or gathered (the whole all-gathered "
@@ -86,6 +87,23 @@ class ModelSpec(_Strict):
                                 "model's own (0 for dense models)")
     top_k: int | None = Field(None, ge=1, le=MAX_HEADS, description="experts each token is routed to (with "
                               "model.experts, or a MoE model of the zoo)")
+    # parameter-efficient fine-tuning (LoRA / QLoRA): every parameter frozen, low-rank adapters trained
+    lora_rank: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="LoRA fine-tuning: every parameter "
+                                  "frozen (no gradients, optimizer states or gradient sync; no weight-gradient "
+                                  "GEMMs) and rank-r adapters trained on model.lora_targets")
+    lora_targets: list[Literal["q", "k", "v", "o", "mlp", "output"]] | None = Field(
+        None, min_length=1, description="the matrices LoRA adapts (default q and v): the attention's q, k, v, "
+        "o(utput) projections, the MLP's matrices, the LM head (output)")
+    lora_base: Literal["bf16", "nf4"] | None = Field(
+        None, description="how the adapted (frozen) matrices are stored: bf16 (the training dtype; LoRA) or nf4 "
+        "(4-bit NormalFloat with double-quantised scales, 0.52 bytes a parameter; QLoRA)")
+
+    @model_validator(mode="after")
+    def _lora_keys(self) -> ModelSpec:
+        if self.lora_rank is None and (self.lora_targets is not None or self.lora_base is not None):
+            key = "lora_targets" if self.lora_targets is not None else "lora_base"
+            raise ConfigError(f"model.{key}", "only applies to a LoRA fine-tune", "set model.lora_rank, or drop it")
+        return self
 
 
 _POOL_KEYS: dict[str, tuple[str, ...]] = {

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
-from ..strategy.precision import Precision
+from ..strategy.precision import NF4_BYTES_PER_PARAM, Precision
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree
 from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpKind, OpValues
 from .layout import (
@@ -108,7 +108,9 @@ class ChunkProgram:
     params_local: float = 0.0  # parameters stored (after TP/PP and ZeRO-3 sharding)
     grads_local: float = 0.0
     optimizer_params_local: float = 0.0
-    fp8_params_local: float = 0.0  # of params_local: FP8 GEMM weights kept in FP8 (Precision.fp8_params)
+    # bytes to add to params_local x param_bytes for weights stored in another format (FP8 under fp8_params, NF4
+    # under QLoRA): each such weight's elements x (its bytes - param_bytes)
+    param_bytes_adjust: float = 0.0
     embedding_grad_bytes: float = 0.0  # tied embedding/head weight on this chunk (for the cross-stage sum)
     send_fwd_s: float = 0.0  # filled by cost.annotate
     send_bwd_s: float = 0.0
@@ -373,8 +375,8 @@ class _LayerTemplate:
 @dataclass(frozen=True)
 class _StatePlan:
     """A layer's stored states and gradient collectives on one rank (`_Lowerer.grad_sync`), per op in order:
-    (parameters, gradients, optimizer-state parameters stored, tied-embedding gradient bytes or None, of the
-    parameters those kept in FP8)."""
+    (parameters, gradients, optimizer-state parameters stored, tied-embedding gradient bytes or None, the bytes
+    its stored weight takes beyond parameters x param_bytes: FP8 or NF4 storage)."""
 
     states: tuple[tuple[float, float, float, float | None, float], ...]
     buckets: tuple[tuple[str, tuple[str, ...], float], ...]  # (collective, axes, bytes)
@@ -615,11 +617,14 @@ class _Lowerer:
             if recompute == "full" and k == 0 and prev is not None:
                 free += prev[1]
             temp = self._transient(op, split) if op.transient else 0.0  # the backward's own temporaries
-            regather = self._regather(op, leaf, split, layer.name)
+            frozen = op.frozen and op.weight is not None  # LoRA: the input gradient only, no weight gradient
+            regather = [] if frozen else self._regather(op, leaf, split, layer.name)
             # zero bubble: the weight gradient runs later (W), so the op's output gradient is kept for it
             # (with the saved input, freed by W; Qi et al. 2024, Table 1)
-            held = self._out_bytes(op, split) if self.split_wgrad and op.weight is not None else 0.0
-            if regather:
+            held = self._out_bytes(op, split) if self.split_wgrad and op.weight is not None and not frozen else 0.0
+            if frozen:
+                steps.append(self._compute(op, split, layer.name, "dgrad", alloc=temp, free=free + temp))
+            elif regather:
                 # a saved input stored sharded (sequence parallelism) is gathered again for the weight
                 # gradient while the input-gradient GEMM runs (Korthikanti et al. 2022, section 4.2.2)
                 before = len(steps) - 1
@@ -701,13 +706,13 @@ class _Lowerer:
             first[layer.name] = len(ch.fwd)
             prev = self.forward_layer(layer, node.leaf, rc, received or prev, ch.fwd, checkpoint=prev)
             received = None
-            params0, grads0, opt0, fp80 = ch.params_local, ch.grads_local, ch.optimizer_params_local, ch.fp8_params_local
+            params0, grads0, opt0 = ch.params_local, ch.grads_local, ch.optimizer_params_local
+            adjust0 = ch.param_bytes_adjust
             self.grad_sync(layer, node.leaf, ch, tied_here)
             ch.layer_states[layer.name] = (ch.params_local - params0, ch.grads_local - grads0,
                                            ch.optimizer_params_local - opt0)
-            fp8 = ch.fp8_params_local - fp80
-            offload_sizes[layer.name] = ((ch.params_local - params0 - fp8) * self.prec.param_bytes
-                                         + fp8 * self.prec.weight_bytes(True),
+            offload_sizes[layer.name] = ((ch.params_local - params0) * self.prec.param_bytes
+                                         + (ch.param_bytes_adjust - adjust0),
                                          (ch.grads_local - grads0) * self.prec.grad_bytes)
             gathers[layer.name] = self.zero3_gather(layer, node.leaf)
         sent = None
@@ -782,11 +787,11 @@ class _Lowerer:
         tp = self.templates
         plan = tp.value(("sync", tp.layer_key(layer), tp.leaf_key(leaf), tied_here),
                         lambda: self._state_plan(layer, leaf, tied_here))
-        for stored, grads, opt, embedding, fp8 in plan.states:  # accumulated op by op, as the counts always were
+        for stored, grads, opt, embedding, adjust in plan.states:  # accumulated op by op, as the counts always were
             chunk.params_local += stored
             chunk.grads_local += grads
             chunk.optimizer_params_local += opt
-            chunk.fp8_params_local += fp8
+            chunk.param_bytes_adjust += adjust
             if embedding is not None:
                 chunk.embedding_grad_bytes += embedding
         for kind, axes, size in plan.buckets:
@@ -828,17 +833,26 @@ class _Lowerer:
                 f_w, f_g, f_o = (1.0 / math.prod(self.mesh.size(a) for a in part)
                                  for part in (sc.weight, sc.grad, sc.optimizer))
             full_local = n_weight + extra
-            if full_local <= 0:
+            if full_local <= 0 and not op.adapter_params:
                 continue
             stored, grads, opt = full_local * f_w, full_local * f_g, full_local * f_o
+            if op.frozen:  # LoRA: no gradient, optimizer state or sync for the base parameters
+                grads = opt = 0.0
             tied = op.weight is not None and (layer.kind == "embedding" or op.name == layer.tied_op)
-            fp8 = self.prec.fp8_params and _fp8_gemm(layer, op)
-            states.append((stored, grads, opt, n_weight * self.prec.grad_bytes if tied else None,
-                           n_weight * f_w if fp8 else 0.0))
+            elem = self._weight_elem_bytes(layer, op)  # a weight stored in FP8 or NF4: its bytes differ
+            states.append((stored, grads, opt, n_weight * self.prec.grad_bytes if tied and not op.frozen else None,
+                           n_weight * f_w * (elem - self.prec.param_bytes) if elem != self.prec.param_bytes
+                           else 0.0))
+            trainable = 0.0 if op.frozen else full_local
+            if op.adapter_params:  # LoRA adapters: trained, replicated over tp, sharded as the weight's states
+                adapters = float(op.adapter_params)
+                states.append((adapters * f_w, adapters * f_g, adapters * f_o, None, 0.0))
+                trainable += adapters
             axes = tuple(a for a in axes if self.mesh.size(a) > 1)  # one bucket per real group
-            if not axes:
+            if not axes or trainable <= 0:
                 continue
-            sharded_opt = opt < full_local * 0.999
+            full_local = trainable  # what is synchronised (all of it but for a frozen op's base)
+            sharded_opt = f_o < 0.999
             shard = tuple(a for a in axes if a not in REPLICA_AXES) if sharded_opt else ()
             if sharded_opt and shard:
                 # ZeRO / FSDP: reduce-scatter over the sharding group; HSDP then all-reduces the shard over
@@ -851,15 +865,23 @@ class _Lowerer:
                     key = ("all_reduce", replicas)
                     size = full_local * self.prec.grad_bytes / self.mesh.group_size(shard)
                     buckets[key] = buckets.get(key, 0.0) + size
-                if stored >= full_local * 0.999:  # FP8 weights gather in FP8, their biases in the training dtype
-                    size = (full_local * self.prec.param_bytes if not fp8
-                            else n_weight * self.prec.weight_bytes(True) + extra * self.prec.param_bytes)
+                if f_w >= 0.999:  # the updated parameters gathered: FP8 weights in FP8, the rest in the dtype
+                    size = (full_local * self.prec.param_bytes if elem == self.prec.param_bytes or op.frozen
+                            else n_weight * elem + extra * self.prec.param_bytes)
                     post[shard] = post.get(shard, 0.0) + size
             else:
                 key = ("all_reduce", axes)
                 buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
         return _StatePlan(tuple(states), tuple((kind, axes, size) for (kind, axes), size in buckets.items()),
                           tuple(post.items()))
+
+    def _weight_elem_bytes(self, layer: Layer, op: Op) -> float:
+        """Bytes of one stored element of op's weight: the training dtype's, FP8 for an FP8 GEMM under
+        fp8_params, NF4 for the part a QLoRA base keeps quantised (Op.nf4_fraction)."""
+        elem = self.prec.weight_bytes(self.prec.fp8_params and _fp8_gemm(layer, op))
+        if op.nf4_fraction:
+            elem = op.nf4_fraction * NF4_BYTES_PER_PARAM + (1.0 - op.nf4_fraction) * elem
+        return elem
 
     def zero3_gather(self, layer: Layer, leaf: LeafConfig) -> tuple[float, tuple[str, ...]]:
         """Bytes per rank of a ZeRO-3 parameter all-gather for the layer (gathered size) and its axes."""
@@ -873,7 +895,7 @@ class _Lowerer:
                 continue
             split = leaf.ops.get(op.name, {})
             wc = leaf.weights[op.name]
-            elem = self.prec.weight_bytes(_fp8_gemm(layer, op))
+            elem = self._weight_elem_bytes(layer, op)
             full = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, elem)
             stored = tensor_bytes(op, op.weight, wc.weight, self.mesh, elem)
             if stored < full * 0.999:
@@ -896,7 +918,7 @@ class _Lowerer:
             if op.weight is None:
                 continue
             split = leaf.ops.get(op.name, {})
-            elem = self.prec.weight_bytes(_fp8_gemm(layer, op))
+            elem = self._weight_elem_bytes(layer, op)
             full = tensor_bytes(op, op.weight, restrict(split, op.weight), self.mesh, elem)
             stored = tensor_bytes(op, op.weight, leaf.weights[op.name].weight, self.mesh, elem)
             if stored < full * 0.999:
@@ -916,7 +938,7 @@ class LayerSync:
     states: tuple[float, float, float]
     gather_bytes: float
     gather_axes: tuple[str, ...]
-    fp8_params: float = 0.0  # of states[0]: FP8 GEMM weights kept in FP8 (Precision.fp8_params)
+    param_bytes_adjust: float = 0.0  # bytes beside states[0] x param_bytes: weights stored in FP8 or NF4
 
 
 def _fp8_gemm(layer: Layer, op: Op) -> bool:
@@ -937,7 +959,7 @@ def layer_sync(tree: StrategyTree, precision: Precision, layer: Layer, leaf: Lea
     lw.grad_sync(layer, leaf, ch, tied_here)
     size, axes = lw.zero3_gather(layer, leaf)
     return LayerSync(ch.grad_sync, ch.post_step, (ch.params_local, ch.grads_local, ch.optimizer_params_local),
-                     size, axes, ch.fp8_params_local)
+                     size, axes, ch.param_bytes_adjust)
 
 
 def _switch_gathered(gathers: dict[str, tuple[float, tuple[str, ...]]], stored: dict[str, tuple[float, float]],
@@ -1014,7 +1036,7 @@ Gather = tuple[float, float, tuple[str, ...]]
 """An in-switch gathered layer's (parameter bytes loaded, bytes held once gathered, gather axes)."""
 
 _FORWARD_LISTS = ("fwd", "grad_sync", "post_step")
-_FORWARD_FIELDS = ("params_local", "grads_local", "optimizer_params_local", "fp8_params_local", "embedding_grad_bytes",
+_FORWARD_FIELDS = ("params_local", "grads_local", "optimizer_params_local", "param_bytes_adjust", "embedding_grad_bytes",
                    "send_fwd_bytes", "offload")
 
 

@@ -77,11 +77,9 @@ def static_memory(chunks: list[ChunkProgram], precision: Precision, device: Devi
         grads = layer_grads * precision.grad_bytes
     else:
         grads = sum(c.grads_local for c in kept) * precision.grad_bytes * precision.grad_buffers
-    params = sum(c.params_local for c in kept)
-    fp8 = sum(c.fp8_params_local for c in kept)  # of them, FP8 GEMM weights kept in FP8 (Precision.fp8_params)
+    adjust = sum(c.param_bytes_adjust for c in kept)  # weights stored in FP8 (fp8_params) or NF4 (QLoRA)
     return StaticMemory(
-        params_bytes=(params - fp8) * precision.param_bytes + fp8 * precision.weight_bytes(True) if fp8
-        else params * precision.param_bytes,
+        params_bytes=sum(c.params_local for c in kept) * precision.param_bytes + adjust,
         grads_bytes=grads,
         optimizer_bytes=sum(c.optimizer_params_local for c in kept) * precision.optimizer_bytes,
         workspace_bytes=workspace_bytes(device) if device is not None else 0.0,

@@ -16,6 +16,9 @@ ADAM_8BIT_STATE_BYTES = 2 * (1.0 + 4.0 / ADAM_8BIT_BLOCK)
 """Both 8-bit Adam moments per parameter: one byte each plus each block's fp32 scale (2.0039 B)."""
 FP8_PARAM_BYTES = 1.0
 """An FP8 (E4M3) weight element; its per-tensor scale is negligible."""
+NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
+"""A 4-bit NormalFloat weight with double-quantised block scales: 4 bits, an 8-bit absmax per block of 64 and an
+fp32 scale per 256 blocks (Dettmers et al. 2023, QLoRA, section 3: 4.127 bits per parameter)."""
 
 
 def _dtype_bytes(dtype: str) -> float:
@@ -92,11 +95,10 @@ class Precision:
             return cls("bf16", 2.0, 4.0, 12.0, 2.0)
         return cls(dtype)
 
-    def state_bytes(self, params: float, grads: float, optimizer_params: float, fp8_params: float = 0.0) -> float:
+    def state_bytes(self, params: float, grads: float, optimizer_params: float,
+                    params_adjust_bytes: float = 0.0) -> float:
         """Bytes of these parameter, gradient and optimizer-state counts kept across the step (every gradient
         copy; none with the optimizer in backward, where each lives only through its layer's backward);
-        `fp8_params` of the parameters are FP8 GEMM weights (weight_bytes(True) each)."""
+        `params_adjust_bytes`: what weights stored in another format (FP8, NF4) take beyond param_bytes each."""
         kept_grads = 0.0 if self.optimizer_in_backward else grads * self.grad_bytes * self.grad_buffers
-        weights = (params - fp8_params) * self.param_bytes + fp8_params * self.weight_bytes(True) if fp8_params \
-            else params * self.param_bytes
-        return weights + kept_grads + optimizer_params * self.optimizer_bytes
+        return params * self.param_bytes + params_adjust_bytes + kept_grads + optimizer_params * self.optimizer_bytes

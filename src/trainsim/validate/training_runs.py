@@ -663,6 +663,26 @@ def _ok(m: re.Match[str], st: _Settings) -> None:
     return None
 
 
+_LORA_MODULES = {"q": "q", "q_proj": "q", "k": "k", "k_proj": "k", "v": "v", "v_proj": "v", "o": "o",
+                 "output_proj": "o", "o_proj": "o", "mlp": "mlp", "output": "output", "lm_head": "output"}
+"""torchtune's / PEFT's names of the matrices LoRA adapts -> model.lora_targets."""
+
+
+def _lora(m: re.Match[str], st: _Settings) -> None:
+    """'finetune=LoRA r=64 alpha=128 on q,v,output_proj + MLP' (QLoRA: NF4 base): model.lora_*."""
+    text = m.string
+    rank = re.search(r"\br\s*=\s*(\d+)", text)
+    where = re.search(r"\bon\s+([\w, +]+?)(?:\s*\(|$)", text)
+    if rank is None or where is None:
+        raise RowSkip(SETTING, f"LoRA without its rank and target matrices ('{text}')")
+    names = [x for x in re.split(r"[\s,+]+", where.group(1).strip()) if x]
+    unknown = [x for x in names if x not in _LORA_MODULES]
+    if unknown:
+        raise RowSkip(SETTING, f"LoRA on {', '.join(unknown)} ('{text}')")
+    st.features.update(lora_rank=int(rank.group(1)), lora_targets=list(dict.fromkeys(_LORA_MODULES[x] for x in names)),
+                       lora_base="nf4" if m.group(1) == "qlora" else "bf16")
+
+
 def _offload_activations(m: re.Match[str], st: _Settings) -> None:
     st.offload_activations = True  # torchtune's enable_activation_offloading (checkpointed inputs to CPU)
 
@@ -743,6 +763,7 @@ _RULES: list[tuple[str, Action]] = [
     # architecture flags (Megatron's)
     # Megatron's fused cross-entropy keeps a second fp32 tensor of the logits (workload.zoo.transformer._head)
     (r"cross-entropy-loss-fusion(?:\s*=\s*(true))?", _feature("loss", "upcast_twice")),
+    (r"loss\s*=\s*chunked\s*(?:ce|cross[- ]entropy)", _feature("loss", "chunked")),  # torchtune's, 8 chunks
     (r"swiglu(?:\s*=\s*(true|false))?", _feature("mlp", "swiglu")),
     (r"squared-relu(?:\s*=\s*(true|false))?", _feature("mlp", "relu2")),
     (r"normalization\s*=\s*(rmsnorm|layernorm)", _feature("norm", lambda m: m.group(1))),
@@ -765,7 +786,7 @@ _RULES: list[tuple[str, Action]] = [
     (r"activation[_ ](?:cpu[_ ])?offload(?:ing)?\s*=\s*(?:true|on)", _offload_activations),
     (r"fine-grained-activation-offloading.*|offload-modules.*", _skip(SETTING, "per-module activation offloading")),
     (r"activation[_ ](?:cpu[_ ])?offload(?:ing)?\s*=\s*(?:false|off)", _ok),
-    (r"finetune\s*=\s*q?lora.*", _skip(SETTING, "LoRA/QLoRA fine-tuning (frozen base weights, adapters)")),
+    (r"finetune\s*=\s*(q?lora)\b.*", _lora),
     (r"packed\s*=\s*false", _skip(SETTING, "unpacked variable-length sequences (seq_len is only the maximum)")),
     (r"packed\s*=\s*true|full finetune.*", _ok),
     (r"decoder-first-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("first_stage_layers")),

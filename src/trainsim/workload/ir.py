@@ -81,6 +81,13 @@ class Op:
     traffic: float = 1.0  # HBM bytes its kernels move / (inputs read + output written once): > 1 for such chains
     # producer of each input: None = the previous op, an op name, or "@skip" (residual path)
     input_from: tuple[str | None, ...] = ()
+    # parameter-efficient fine-tuning (LoRA, Hu et al. 2021): `frozen` parameters get no gradient, optimizer state
+    # or gradient sync, and the backward skips the weight-gradient GEMM; `adapter_params` are trainable low-rank
+    # adapters beside the weight (r x (in + out) per adapted matrix); `nf4_fraction` of the weight is stored as
+    # 4-bit NormalFloat (QLoRA, Dettmers et al. 2023), the rest in the training dtype
+    frozen: bool = False
+    adapter_params: int = 0
+    nf4_fraction: float = 0.0
 
     def size(self, dims: tuple[str, ...], local: Mapping[str, int] | None = None) -> int:
         sizes = local if local is not None else self.dims
@@ -112,12 +119,18 @@ class Op:
 
     @property
     def params(self) -> int:
-        """Weight elements plus extra parameters; kept on the op once computed (frozen, like `key`)."""
+        """Weight elements plus extra parameters and adapters; kept on the op once computed (frozen, like `key`)."""
         p = self.__dict__.get("_params")
         if p is None:
             p = (math.prod(self.dims[d] for d in self.weight) if self.weight is not None else 0) + self.extra_params
+            p += self.adapter_params
             object.__setattr__(self, "_params", p)  # not a field: equality, repr and replace() ignore it
         return p
+
+    @property
+    def trainable_params(self) -> int:
+        """The parameters that get gradients: the adapters only when the op is frozen."""
+        return self.adapter_params if self.frozen else self.params
 
     def key(self) -> tuple:
         """A hashable value of every field (dims as its ordered items): ops with equal keys cost and lower
@@ -180,7 +193,7 @@ class Layer:
         """Parameters this layer adds to the model (a tied weight is counted where it is defined)."""
         total = sum(op.params for op in self.ops)
         if self.tied_to:
-            total -= sum(op.params - op.extra_params for op in self.ops if op.name == self.tied_op)
+            total -= sum(op.params - op.extra_params - op.adapter_params for op in self.ops if op.name == self.tied_op)
         return total
 
     @property

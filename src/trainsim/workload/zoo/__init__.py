@@ -37,6 +37,8 @@ def with_features(cfg: TransformerConfig, features: Mapping[str, Any] | None) ->
         raise KeyError(f"unknown architecture feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")
     if not given:
         return cfg
+    if "lora_targets" in given:
+        given["lora_targets"] = tuple(given["lora_targets"])
     return replace(cfg, **given)
 
 

@@ -31,11 +31,17 @@ ACT_FLOPS_PER_ELEM = {"gelu": 8.0, "swiglu": 6.0, "relu2": 2.0}  # tanh-GeLU; Si
 MLPS = tuple(ACT_FLOPS_PER_ELEM)
 POSITIONS = ("learned", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
-LOSSES = ("upcast", "upcast_twice")
+LOSSES = ("upcast", "upcast_twice", "chunked")
+CE_CHUNKS = 8
+"""Chunks of torchtune's chunked cross-entropy (CEWithChunkedOutputLoss, num_output_chunks = 8)."""
 SP_SAVES = ("shard", "gathered")
 GLUS = ("fused", "unfused")
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
-            "experts", "top_k", "head")
+            "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base")
+LORA_TARGETS = ("q", "k", "v", "o", "mlp", "output")
+"""Matrices LoRA can adapt: the attention's query, key, value and output projections, the MLP's matrices and the
+LM head (torchtune's lora_attn_modules q_proj/k_proj/v_proj/output_proj, apply_lora_to_mlp/_output)."""
+
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -66,6 +72,11 @@ class TransformerConfig:
     causal: bool = True
     head: str = "lm"  # lm: final norm, LM head and loss over the vocabulary | classifier: see _classifier_head
     experts: int = 0  # >0: every layer's MLP is a mixture of experts
+    # LoRA fine-tuning: >0 freezes every parameter and adds rank-r adapters to `lora_targets`; lora_base "nf4" stores
+    # the adapted matrices as 4-bit NormalFloat (QLoRA)
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = ("q", "v")
+    lora_base: str = "bf16"
     top_k: int = 2
     capacity_factor: float = 1.0
     max_positions: int | None = None
@@ -279,8 +290,8 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
         # cast back): ~30 bytes per logit forward, twice that backward, not a single 2-byte read.
         Op("loss", OpKind.LOSS, {"b": b, "s": s, "v": v}, (("b", "s", "v"),), ("b", "s"),
            flop_dims=("b", "s", "v"), flops_per_point=4.0, bytes_per_elem=LOSS_BYTES_PER_LOGIT / 2,
-           saved=(SavedTensor("logits", ("b", "s", "v"), 4.0),), bwd_flops_factor=1.0,
-           transient=_loss_temporaries(cfg)),
+           saved=(SavedTensor("logits", ("b", "s", "v"), 2.0 if cfg.loss == "chunked" else 4.0),),
+           bwd_flops_factor=1.0, transient=_loss_temporaries(cfg)),
     ]
     tied = cfg.tied_embeddings
     return Layer("head", "head", ops, tied_to="embedding" if tied else None, tied_op="lm_head" if tied else None)
@@ -321,6 +332,33 @@ def _classifier_head(cfg: TransformerConfig, b: int, s: int) -> Layer:
     return Layer("head", "head", ops)
 
 
+def _lora(op: Op, cfg: TransformerConfig) -> Op:
+    """An op of a LoRA fine-tune (Hu et al. 2021; torchtune's LoRA recipes): every parameter frozen, rank-r
+    adapters (A: in x r, B: r x out) on the targeted matrices, and under QLoRA (lora_base nf4) those matrices
+    stored as NF4. The fused qkv matrix is adapted per part (q, k, v); the gated MLP's fc1 holds two matrices.
+    The adapters' GEMMs (2 r (in + out) FLOPs per token each way, a few percent of the frozen GEMM at r 64) and
+    the NF4 dequantisation are not priced; what each op saves for backward is as in full training."""
+    r, h, t = cfg.lora_rank, cfg.hidden, set(cfg.lora_targets)
+    q_out, kv_out = cfg.heads * cfg.head_dim, cfg.kv * cfg.head_dim
+    parts: list[tuple[int, int]] = []  # adapted matrices: (in, out)
+    total_out = 0
+    if op.name == "qkv":
+        total_out = q_out + 2 * kv_out
+        parts = [(h, out) for name, out in (("q", q_out), ("k", kv_out), ("v", kv_out)) if name in t]
+    elif op.name == "proj" and "o" in t:
+        parts, total_out = [(q_out, h)], h
+    elif op.name == "fc1" and "mlp" in t:
+        total_out = op.dims.get("f2", op.dims.get("f", 0))
+        parts = [(h, cfg.ffn)] * (2 if cfg.gated else 1)
+    elif op.name == "fc2" and "mlp" in t:
+        parts, total_out = [(cfg.ffn, h)], h
+    elif op.name == "lm_head" and "output" in t:
+        parts, total_out = [(h, cfg.vocab)], cfg.vocab
+    adapters = sum(r * (i + o) for i, o in parts)
+    nf4 = sum(o for _, o in parts) / total_out if parts and cfg.lora_base == "nf4" else 0.0
+    return replace(op, frozen=True, adapter_params=adapters, nf4_fraction=nf4)
+
+
 def _loss_temporaries(cfg: TransformerConfig) -> tuple[SavedTensor, ...]:
     """What the cross-entropy holds at its peak beside the fp32 softmax it saves (4 bytes per logit).
 
@@ -332,7 +370,12 @@ def _loss_temporaries(cfg: TransformerConfig) -> tuple[SavedTensor, ...]:
     with dtype=torch.float: `.to(float)`, then `sharded_logits - logits_max` out of place) and Megatron's
     fused cross-entropy (--cross-entropy-loss-fusion: its jit-fused functions return exp_logits as a new
     tensor next to the fp32 copy instead of overwriting it), and PyTorch eager F.cross_entropy(logits.float())
-    (the fp32 copy beside the log_softmax output it saves)."""
+    (the fp32 copy beside the log_softmax output it saves).
+    chunked: torchtune's CEWithChunkedOutputLoss (compiled): the bf16 logits, made chunk by chunk, are what the
+    loss keeps (2 bytes per logit; the softmax is recomputed from them in backward), and only one chunk at a time
+    is upcast to fp32 (4 / CE_CHUNKS bytes per logit)."""
+    if cfg.loss == "chunked":
+        return (SavedTensor("chunk_fp32", ("b", "s", "v"), 4.0 / CE_CHUNKS),)
     temps = (SavedTensor("logits_bf16", ("b", "s", "v"), 2.0),)
     if cfg.loss == "upcast_twice":
         temps += (SavedTensor("logits_fp32_copy", ("b", "s", "v"), 4.0),)
@@ -401,6 +444,10 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
         ops = [_eager(op, cfg) for op in ops]
         for layer in (embedding, head):
             layer.ops = [_eager(op, cfg) for op in layer.ops]
+    if cfg.lora_rank:
+        ops = [_lora(op, cfg) for op in ops]
+        for layer in (embedding, head):
+            layer.ops = [_lora(op, cfg) for op in layer.ops]
     blocks: list[Module | Layer] = [Layer(f"layers.{i}", "transformer", list(ops)) for i in range(cfg.layers)]
     root = Module(cfg.name, [embedding, Module("layers", blocks), head])
     return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description,
