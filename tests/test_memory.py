@@ -383,3 +383,19 @@ def test_chunked_cross_entropy_keeps_the_bf16_logits_and_one_fp32_chunk() -> Non
         job["model"].update(vocab=vocab, seq_len=s, loss=loss)
         peaks.append(simulate(job).memory[0].activation_peak_bytes)
     assert peaks[0] - peaks[1] == pytest.approx(3.5 * b * s * vocab, rel=0.01)
+
+
+def test_adafactor_keeps_row_and_column_statistics_by_hand() -> None:
+    """simulation.optimizer adafactor (Hugging Face's, no first moment): a weight matrix n = r x c keeps r + c
+    second-moment values, a vector (bias, norm scale) one per element, fp32 when training in fp32 (no master
+    copy). The small GPT's blocks: qkv 3h x h, proj, fc1 4h x h, fc2; the embedding V x h (the tied LM head
+    stores none of its own). The learned position table S x h, which the IR carries as the embedding's extra
+    parameters, keeps one value per element (S h; Hugging Face would factor it too: S + h)."""
+    one = {"dp": 1, "micro_batch": 1, "global_batch": 1}
+    r = simulate(_small_job(one, {"dtype": "fp32", "optimizer": "adafactor"}))
+    matrices = L * ((3 * H + H) + (H + H) + (4 * H + H) + (H + 4 * H)) + (V + H)
+    vectors = L * (3 * H + H + 4 * H + H + 4 * H) + 2 * H + S * H  # biases, norms, the final norm, positions
+    assert r.memory[0].components_bytes["optimizer_states"] == pytest.approx(4 * (matrices + vectors), rel=1e-12)
+    adam = simulate(_small_job(one, {"dtype": "fp32"})).memory[0].components_bytes
+    assert adam["optimizer_states"] == pytest.approx(8 * gpt_params(L, H, V, S), rel=1e-12)
+    assert r.memory[0].components_bytes["params"] == adam["params"]

@@ -111,6 +111,8 @@ class ChunkProgram:
     # bytes to add to params_local x param_bytes for weights stored in another format (FP8 under fp8_params, NF4
     # under QLoRA): each such weight's elements x (its bytes - param_bytes)
     param_bytes_adjust: float = 0.0
+    # bytes to add to optimizer_params_local x optimizer_bytes: Adafactor's factored moments (negative)
+    optimizer_bytes_adjust: float = 0.0
     embedding_grad_bytes: float = 0.0  # tied embedding/head weight on this chunk (for the cross-stage sum)
     send_fwd_s: float = 0.0  # filled by cost.annotate
     send_bwd_s: float = 0.0
@@ -787,11 +789,12 @@ class _Lowerer:
         tp = self.templates
         plan = tp.value(("sync", tp.layer_key(layer), tp.leaf_key(leaf), tied_here),
                         lambda: self._state_plan(layer, leaf, tied_here))
-        for stored, grads, opt, embedding, adjust in plan.states:  # accumulated op by op, as the counts always were
+        for stored, grads, opt, embedding, adjust, opt_adjust in plan.states:  # op by op, as the counts always were
             chunk.params_local += stored
             chunk.grads_local += grads
             chunk.optimizer_params_local += opt
             chunk.param_bytes_adjust += adjust
+            chunk.optimizer_bytes_adjust += opt_adjust
             if embedding is not None:
                 chunk.embedding_grad_bytes += embedding
         for kind, axes, size in plan.buckets:
@@ -805,7 +808,7 @@ class _Lowerer:
 
     def _state_plan(self, layer: Layer, leaf: LeafConfig, tied_here: bool) -> _StatePlan:
         """What `grad_sync` adds for one layer, as values (see there)."""
-        states: list[tuple[float, float, float, float | None, float]] = []
+        states: list[tuple[float, float, float, float | None, float, float]] = []
         buckets: dict[tuple[str, tuple[str, ...]], float] = {}
         post: dict[tuple[str, ...], float] = {}
         # in-switch collectives: the layer's gradient store (its whole shard, norms included) reduce-scatters in
@@ -842,11 +845,11 @@ class _Lowerer:
             elem = self._weight_elem_bytes(layer, op)  # a weight stored in FP8 or NF4: its bytes differ
             states.append((stored, grads, opt, n_weight * self.prec.grad_bytes if tied and not op.frozen else None,
                            n_weight * f_w * (elem - self.prec.param_bytes) if elem != self.prec.param_bytes
-                           else 0.0))
+                           else 0.0, self._factored_adjust(op, split, n_weight) * f_o if opt else 0.0))
             trainable = 0.0 if op.frozen else full_local
             if op.adapter_params:  # LoRA adapters: trained, replicated over tp, sharded as the weight's states
                 adapters = float(op.adapter_params)
-                states.append((adapters * f_w, adapters * f_g, adapters * f_o, None, 0.0))
+                states.append((adapters * f_w, adapters * f_g, adapters * f_o, None, 0.0, 0.0))
                 trainable += adapters
             axes = tuple(a for a in axes if self.mesh.size(a) > 1)  # one bucket per real group
             if not axes or trainable <= 0:
@@ -874,6 +877,16 @@ class _Lowerer:
                 buckets[key] = buckets.get(key, 0.0) + full_local * self.prec.grad_bytes
         return _StatePlan(tuple(states), tuple((kind, axes, size) for (kind, axes), size in buckets.items()),
                           tuple(post.items()))
+
+    def _factored_adjust(self, op: Op, split: Split, n_weight: float) -> float:
+        """Adafactor's saving on op's local weight (bytes, <= 0): a weight of two or more dims keeps its second
+        moment as row and column statistics (HF transformers' Adafactor: shape[:-1] and shape[:-2] + shape[-1:],
+        n / last + n / second-last values) instead of n; 0 when the optimizer is not factored."""
+        moment = self.prec.factored_moment_bytes
+        if not moment or op.weight is None or len(op.weight) < 2 or n_weight <= 0:
+            return 0.0
+        last, second = (tensor_bytes(op, (d,), restrict(split, (d,)), self.mesh, 1.0) for d in op.weight[-1:-3:-1])
+        return (n_weight / last + n_weight / second - n_weight) * moment
 
     def _weight_elem_bytes(self, layer: Layer, op: Op) -> float:
         """Bytes of one stored element of op's weight: the training dtype's, FP8 for an FP8 GEMM under
@@ -939,6 +952,7 @@ class LayerSync:
     gather_bytes: float
     gather_axes: tuple[str, ...]
     param_bytes_adjust: float = 0.0  # bytes beside states[0] x param_bytes: weights stored in FP8 or NF4
+    optimizer_bytes_adjust: float = 0.0  # bytes beside states[2] x optimizer_bytes: factored moments
 
 
 def _fp8_gemm(layer: Layer, op: Op) -> bool:
@@ -959,7 +973,7 @@ def layer_sync(tree: StrategyTree, precision: Precision, layer: Layer, leaf: Lea
     lw.grad_sync(layer, leaf, ch, tied_here)
     size, axes = lw.zero3_gather(layer, leaf)
     return LayerSync(ch.grad_sync, ch.post_step, (ch.params_local, ch.grads_local, ch.optimizer_params_local),
-                     size, axes, ch.param_bytes_adjust)
+                     size, axes, ch.param_bytes_adjust, ch.optimizer_bytes_adjust)
 
 
 def _switch_gathered(gathers: dict[str, tuple[float, tuple[str, ...]]], stored: dict[str, tuple[float, float]],
@@ -1036,7 +1050,8 @@ Gather = tuple[float, float, tuple[str, ...]]
 """An in-switch gathered layer's (parameter bytes loaded, bytes held once gathered, gather axes)."""
 
 _FORWARD_LISTS = ("fwd", "grad_sync", "post_step")
-_FORWARD_FIELDS = ("params_local", "grads_local", "optimizer_params_local", "param_bytes_adjust", "embedding_grad_bytes",
+_FORWARD_FIELDS = ("params_local", "grads_local", "optimizer_params_local", "param_bytes_adjust",
+                   "optimizer_bytes_adjust", "embedding_grad_bytes",
                    "send_fwd_bytes", "offload")
 
 

@@ -81,7 +81,8 @@ def static_memory(chunks: list[ChunkProgram], precision: Precision, device: Devi
     return StaticMemory(
         params_bytes=sum(c.params_local for c in kept) * precision.param_bytes + adjust,
         grads_bytes=grads,
-        optimizer_bytes=sum(c.optimizer_params_local for c in kept) * precision.optimizer_bytes,
+        optimizer_bytes=sum(c.optimizer_params_local for c in kept) * precision.optimizer_bytes
+        + sum(c.optimizer_bytes_adjust for c in kept),  # Adafactor's factored moments
         workspace_bytes=workspace_bytes(device) if device is not None else 0.0,
     )
 

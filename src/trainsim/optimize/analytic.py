@@ -321,7 +321,7 @@ class AnalyticBatch:
             out.reduce_s[role] = sum(self._price(mesh, s, stage) for s in ls.grad_sync)
             out.post_s[role] = sum(self._price(mesh, s, stage) for s in ls.post_step)
             p, g, o = ls.states
-            out.state_bytes[role] = prec.state_bytes(p, g, o, ls.param_bytes_adjust)
+            out.state_bytes[role] = prec.state_bytes(p, g, o, ls.param_bytes_adjust, ls.optimizer_bytes_adjust)
             out.optimizer_params[role] = o
             gather = Step("", "collective", 0, "dp", collective="all_gather", axes=ls.gather_axes,
                           size_bytes=ls.gather_bytes)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-OptimizerKind = Literal["adam", "adam_8bit"]
-OPTIMIZERS: tuple[str, ...] = ("adam", "adam_8bit")
-"""Optimizers whose states trainsim prices: Adam/AdamW (two moments) and block-wise 8-bit Adam."""
+OptimizerKind = Literal["adam", "adam_8bit", "adafactor"]
+OPTIMIZERS: tuple[str, ...] = ("adam", "adam_8bit", "adafactor")
+"""Optimizers whose states trainsim prices: Adam/AdamW (two moments), block-wise 8-bit Adam and Adafactor (a
+factored second moment: row and column statistics per matrix, a full one per vector; no first moment)."""
 
 ADAM_8BIT_BLOCK = 2048
 """Elements per quantisation block of an 8-bit optimizer state (Dettmers et al. 2022, "8-bit Optimizers via
@@ -48,6 +49,10 @@ class Precision:
     grad_buffers: int = 1
     optimizer_in_backward: bool = False
     fp8_params: bool = False  # the FP8 GEMMs' weights stored and gathered in FP8 (FP8_PARAM_BYTES each)
+    # Adafactor (Shazeer & Stern 2018): a matrix keeps rows + columns second-moment values instead of one per
+    # element, each of these bytes (0: not factored); optimizer_bytes counts the full-size moment, lowering
+    # takes the difference off each matrix (compile.program)
+    factored_moment_bytes: float = 0.0
 
     def weight_bytes(self, fp8_gemm: bool) -> float:
         """Bytes of one stored weight element: FP8_PARAM_BYTES for an FP8 GEMM's (`fp8_gemm`) when the weights
@@ -71,16 +76,17 @@ class Precision:
         full = dtype in ("fp32", "tf32")
         if master_weights or full:
             master = 0.0 if full else 4.0
-            moments = 8.0 if optimizer == "adam" else ADAM_8BIT_STATE_BYTES
+            moments = {"adam": 8.0, "adam_8bit": ADAM_8BIT_STATE_BYTES, "adafactor": 4.0}[optimizer]
             grads = base.grad_bytes
         else:  # everything in the training dtype: no master copy, moments in that dtype too
             master = 0.0
-            moments = 2 * weight if optimizer == "adam" else ADAM_8BIT_STATE_BYTES
+            moments = {"adam": 2 * weight, "adam_8bit": ADAM_8BIT_STATE_BYTES, "adafactor": weight}[optimizer]
             grads = weight
         if fp8_params and base.compute_dtype != "fp8":
             raise ValueError(f"fp8_params keeps FP8 GEMMs' weights in FP8; {dtype} training has none")
         return cls(base.compute_dtype, base.param_bytes, grads, master + moments, base.activation_bytes,
-                   grad_buffers, optimizer_in_backward, fp8_params)
+                   grad_buffers, optimizer_in_backward, fp8_params,
+                   moments if optimizer == "adafactor" else 0.0)
 
     @classmethod
     def _mixed(cls, dtype: str) -> Precision:
@@ -96,9 +102,11 @@ class Precision:
         return cls(dtype)
 
     def state_bytes(self, params: float, grads: float, optimizer_params: float,
-                    params_adjust_bytes: float = 0.0) -> float:
+                    params_adjust_bytes: float = 0.0, optimizer_adjust_bytes: float = 0.0) -> float:
         """Bytes of these parameter, gradient and optimizer-state counts kept across the step (every gradient
         copy; none with the optimizer in backward, where each lives only through its layer's backward);
-        `params_adjust_bytes`: what weights stored in another format (FP8, NF4) take beyond param_bytes each."""
+        `params_adjust_bytes`: what weights stored in another format (FP8, NF4) take beyond param_bytes each;
+        `optimizer_adjust_bytes`: what factored moments save against one value per parameter (Adafactor)."""
         kept_grads = 0.0 if self.optimizer_in_backward else grads * self.grad_bytes * self.grad_buffers
-        return params * self.param_bytes + params_adjust_bytes + kept_grads + optimizer_params * self.optimizer_bytes
+        return (params * self.param_bytes + params_adjust_bytes + kept_grads + optimizer_params * self.optimizer_bytes
+                + optimizer_adjust_bytes)

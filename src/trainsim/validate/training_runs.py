@@ -343,7 +343,8 @@ def _nanotron_split(model: dict[str, Any], pp: int, vpp: int, notes: dict[str, s
 
 def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
     """The `optimizer` cell -> simulation keys (optimizer, optimizer_in_backward). Adam, AdamW and LAMB keep two
-    moments (adam); 8-bit Adam/AdamW keeps them block-wise quantised (adam_8bit); other optimizers skip. An absent
+    moments (adam); 8-bit Adam/AdamW keeps them block-wise quantised (adam_8bit); Adafactor a factored second
+    moment (adafactor); other optimizers skip. An absent
     column says nothing (Adam, as every other file's rows); a present but empty one is noted."""
     if "optimizer" not in row:
         return {}
@@ -366,10 +367,10 @@ def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, A
         if re.search(r"\blamb\b", t):
             notes["optimizer"] = f"'{text}': LAMB keeps Adam's two moments"
     elif re.search(r"adafactor", t):
-        raise RowSkip(SETTING, f"optimizer '{text}': factored second moments (row and column statistics per "
-                      "matrix) are not priced")
+        out["optimizer"] = "adafactor"  # Hugging Face's: no first moment, the second factored per matrix
     else:
-        raise RowSkip(SETTING, f"optimizer '{text}': trainsim prices Adam-style states (adam, adam_8bit)")
+        raise RowSkip(SETTING, f"optimizer '{text}': trainsim prices Adam-style and factored states (adam, "
+                      "adam_8bit, adafactor)")
     return out
 
 
@@ -710,14 +711,14 @@ def _position(m: re.Match[str], st: _Settings) -> None:
 
 
 def _optimizer(m: re.Match[str], st: _Settings) -> None:
-    """An optimizer named in other_settings: Adam/AdamW/LAMB keep two moments, 8-bit Adam keeps them quantised;
-    matrix-valued (Muon, Shampoo, SOAP) and factored (Adafactor) optimizers are not priced."""
+    """An optimizer named in other_settings: Adam/AdamW/LAMB keep two moments, 8-bit Adam keeps them quantised,
+    Adafactor a factored second moment; matrix-valued ones (Muon, Shampoo, SOAP) are not priced."""
     name = m.group(1)
     if name in ("muon", "shampoo", "soap"):
-        raise RowSkip(SETTING, f"{name} optimizer (matrix-valued steps; trainsim prices Adam)")
+        raise RowSkip(SETTING, f"{name} optimizer (matrix-valued steps; trainsim prices Adam and Adafactor)")
     if name == "adafactor":
-        raise RowSkip(SETTING, "adafactor optimizer (factored second moments are not priced)")
-    if name.startswith("8-bit"):
+        st.optimizer = "adafactor"
+    elif name.startswith("8-bit"):
         st.optimizer = "adam_8bit"
     elif name == "lamb":
         st.notes.append("lamb optimizer priced as Adam")
