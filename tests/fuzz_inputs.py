@@ -58,7 +58,7 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--vocab": INTS, "--attention": _choice(["flash", "unfused"]),
     "--dtype": _choice(["auto", "bf16", "fp16", "fp8", "fp32", "tf32", "int3"]), "--gamma": FLOATS,
     "--master-weights": None, "--no-master-weights": None,
-    "--optimizer": _choice(["adam", "adam_8bit", "adafactor", "sgd"]),
+    "--optimizer": _choice(["adam", "adam_8bit", "adafactor", "muon", "sgd"]),
     "--optimizer-in-backward": None, "--grad-bucket-copy": None, "--fp8-params": None,
     "--exact": None, "--no-bandwidth-sharing": None, "--granularity": _choice(["auto", "layer", "op"]),
     "--fidelity": _choice(["event", "analytic"]), "--max-micro-batch": None,

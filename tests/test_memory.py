@@ -399,3 +399,14 @@ def test_adafactor_keeps_row_and_column_statistics_by_hand() -> None:
     adam = simulate(_small_job(one, {"dtype": "fp32"})).memory[0].components_bytes
     assert adam["optimizer_states"] == pytest.approx(8 * gpt_params(L, H, V, S), rel=1e-12)
     assert r.memory[0].components_bytes["params"] == adam["params"]
+
+
+def test_muon_keeps_one_momentum_per_block_matrix_by_hand() -> None:
+    """simulation.optimizer muon (Megatron-Core's): each block's weight matrix keeps an fp32 master copy and one
+    momentum (8 bytes), where AdamW keeps two moments (12); the embedding (and the LM head it is tied to) and the
+    vectors stay with AdamW."""
+    one = {"dp": 1, "micro_batch": 1, "global_batch": 1}
+    n = gpt_params(L, H, V, S)
+    block_matrices = L * 12 * H * H
+    r = simulate(_small_job(one, {"optimizer": "muon"})).memory[0].components_bytes
+    assert r["optimizer_states"] == pytest.approx(12 * n - 4 * block_matrices, rel=1e-12)

@@ -232,7 +232,7 @@ def test_attention_backend_flags(setting: str, kernel: str) -> None:
     ("packed=False", "setting not expressible"),
     ("decoder-first-pipeline-num-layers=2", "setting not expressible"),
     ("mtp-num-layers=1", "setting not expressible"),
-    ("Muon optimizer (page note)", "setting not expressible"),
+    ("Shampoo optimizer (page note)", "setting not expressible"),
     ("multi-latent-attention=True", "architecture not modelled"),
     ("position-embedding-type=none", "architecture not modelled"),
     ("num-experts=8", "mixture of experts"),

@@ -204,7 +204,7 @@ def test_pipeline_row_compares_its_last_stage() -> None:
     ("bitsandbytes Adam8bit", {"optimizer": "adam_8bit"}),
     ("8-bit AdamW (implementation not stated) fused into backward (optimizer_in_bwd)",
      {"optimizer": "adam_8bit", "optimizer_in_backward": True}),
-    ("Adafactor", {"optimizer": "adafactor"}),
+    ("Adafactor", {"optimizer": "adafactor"}), ("muon", {"optimizer": "muon"}),
 ])
 def test_optimizer_column_maps_to_the_state_keys(cell: str, simulation: dict[str, Any]) -> None:
     rj = tr.row_job(training_row(optimizer=cell, dp="1", n_gpus="1", global_batch="2"))
@@ -213,7 +213,7 @@ def test_optimizer_column_maps_to_the_state_keys(cell: str, simulation: dict[str
 
 
 @pytest.mark.parametrize(("cell", "reason"), [
-    ("muon", "trainsim prices Adam-style and factored states"), ("bitsandbytes PagedAdamW8bit", "unified memory"),
+    ("Shampoo", "trainsim prices Adam-style and factored states"), ("bitsandbytes PagedAdamW8bit", "unified memory"),
     ("SGD with momentum", "trainsim prices Adam-style and factored states"),
 ])
 def test_optimizer_column_skips_what_it_cannot_price(cell: str, reason: str) -> None:

@@ -155,7 +155,7 @@ def simulate(
                                                     "the default) or none: weights, gradients and optimizer "
                                                     "states all in the training dtype (bf16-true)")] = None,
     optimizer: Annotated[str | None, Opt(help="adam (default: Adam/AdamW, two moments) | adam_8bit (block-wise "
-                                              "8-bit moments) | adafactor (factored second moment)")] = None,
+                                              "8-bit moments) | adafactor (factored second moment) | muon")] = None,
     optimizer_in_backward: Annotated[bool | None, Opt("--optimizer-in-backward/--no-optimizer-in-backward",
                                                       help="step and free each gradient as backward makes it "
                                                            "(torchtune's optimizer_in_bwd; one micro-batch per "

@@ -324,10 +324,11 @@ class SimulationSpec(_Strict):
                                  "and (bf16) fp32 gradients, as mixed precision keeps them; false: weights, "
                                  "gradients and optimizer states all in the training dtype (Lightning's "
                                  "bf16-true, torchtune's bf16)")
-    optimizer: Literal["adam", "adam_8bit", "adafactor"] = Field(
+    optimizer: Literal["adam", "adam_8bit", "adafactor", "muon"] = Field(
         "adam", description="the optimizer's states: adam (Adam/AdamW, two moments), adam_8bit (two block-wise "
-        "quantised 8-bit moments, bitsandbytes/torchao 8-bit AdamW) or adafactor (no first moment; the second "
-        "factored into row and column statistics per matrix, Hugging Face's Adafactor)")
+        "quantised 8-bit moments, bitsandbytes/torchao 8-bit AdamW), adafactor (no first moment; the second "
+        "factored into row and column statistics per matrix, Hugging Face's Adafactor) or muon (one momentum "
+        "per block matrix, AdamW for the embedding, the output layer and vectors; Megatron-Core's Muon)")
     optimizer_in_backward: bool = Field(False, description="each parameter's optimizer step runs as backward "
                                         "produces its gradient, which is then freed (torchtune's "
                                         "optimizer_in_bwd): no gradient buffer across the step; needs one "

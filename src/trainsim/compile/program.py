@@ -845,7 +845,7 @@ class _Lowerer:
             elem = self._weight_elem_bytes(layer, op)  # a weight stored in FP8 or NF4: its bytes differ
             states.append((stored, grads, opt, n_weight * self.prec.grad_bytes if tied and not op.frozen else None,
                            n_weight * f_w * (elem - self.prec.param_bytes) if elem != self.prec.param_bytes
-                           else 0.0, self._factored_adjust(op, split, n_weight) * f_o if opt else 0.0))
+                           else 0.0, self._optimizer_adjust(layer, op, split, n_weight) * f_o if opt else 0.0))
             trainable = 0.0 if op.frozen else full_local
             if op.adapter_params:  # LoRA adapters: trained, replicated over tp, sharded as the weight's states
                 adapters = float(op.adapter_params)
@@ -878,12 +878,18 @@ class _Lowerer:
         return _StatePlan(tuple(states), tuple((kind, axes, size) for (kind, axes), size in buckets.items()),
                           tuple(post.items()))
 
-    def _factored_adjust(self, op: Op, split: Split, n_weight: float) -> float:
-        """Adafactor's saving on op's local weight (bytes, <= 0): a weight of two or more dims keeps its second
-        moment as row and column statistics (HF transformers' Adafactor: shape[:-1] and shape[:-2] + shape[-1:],
-        n / last + n / second-last values) instead of n; 0 when the optimizer is not factored."""
+    def _optimizer_adjust(self, layer: Layer, op: Op, split: Split, n_weight: float) -> float:
+        """What a matrix optimizer saves on op's local weight against one (Adafactor) or two (Muon) full-size
+        moments (bytes, <= 0). Adafactor: a weight of two or more dims keeps its second moment as row and
+        column statistics (HF transformers' Adafactor: shape[:-1] and shape[:-2] + shape[-1:], n / last + n /
+        second-last values) instead of n. Muon: a block's matrix keeps one momentum, not AdamW's two (the
+        embedding and the output layer stay with AdamW). 0 for other optimizers and vectors."""
+        if op.weight is None or len(op.weight) < 2 or n_weight <= 0:
+            return 0.0
+        if self.prec.muon_moment_bytes and layer.kind not in ("embedding", "head"):
+            return -n_weight * self.prec.muon_moment_bytes
         moment = self.prec.factored_moment_bytes
-        if not moment or op.weight is None or len(op.weight) < 2 or n_weight <= 0:
+        if not moment:
             return 0.0
         last, second = (tensor_bytes(op, (d,), restrict(split, (d,)), self.mesh, 1.0) for d in op.weight[-1:-3:-1])
         return (n_weight / last + n_weight / second - n_weight) * moment

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-OptimizerKind = Literal["adam", "adam_8bit", "adafactor"]
-OPTIMIZERS: tuple[str, ...] = ("adam", "adam_8bit", "adafactor")
-"""Optimizers whose states trainsim prices: Adam/AdamW (two moments), block-wise 8-bit Adam and Adafactor (a
-factored second moment: row and column statistics per matrix, a full one per vector; no first moment)."""
+OptimizerKind = Literal["adam", "adam_8bit", "adafactor", "muon"]
+OPTIMIZERS: tuple[str, ...] = ("adam", "adam_8bit", "adafactor", "muon")
+"""Optimizers whose states trainsim prices: Adam/AdamW (two moments), block-wise 8-bit Adam, Adafactor (a
+factored second moment: row and column statistics per matrix, a full one per vector; no first moment) and Muon
+(one momentum per hidden matrix, AdamW's two moments for embeddings, the output layer and vectors)."""
 
 ADAM_8BIT_BLOCK = 2048
 """Elements per quantisation block of an 8-bit optimizer state (Dettmers et al. 2022, "8-bit Optimizers via
@@ -53,6 +54,9 @@ class Precision:
     # element, each of these bytes (0: not factored); optimizer_bytes counts the full-size moment, lowering
     # takes the difference off each matrix (compile.program)
     factored_moment_bytes: float = 0.0
+    # Muon (Jordan et al. 2024, Megatron-Core's): a block's weight matrix keeps one momentum of these bytes where
+    # AdamW keeps two (0: not Muon); optimizer_bytes counts AdamW's, lowering takes one moment off each matrix
+    muon_moment_bytes: float = 0.0
 
     def weight_bytes(self, fp8_gemm: bool) -> float:
         """Bytes of one stored weight element: FP8_PARAM_BYTES for an FP8 GEMM's (`fp8_gemm`) when the weights
@@ -76,17 +80,18 @@ class Precision:
         full = dtype in ("fp32", "tf32")
         if master_weights or full:
             master = 0.0 if full else 4.0
-            moments = {"adam": 8.0, "adam_8bit": ADAM_8BIT_STATE_BYTES, "adafactor": 4.0}[optimizer]
+            moments = {"adam": 8.0, "adam_8bit": ADAM_8BIT_STATE_BYTES, "adafactor": 4.0, "muon": 8.0}[optimizer]
             grads = base.grad_bytes
         else:  # everything in the training dtype: no master copy, moments in that dtype too
             master = 0.0
-            moments = {"adam": 2 * weight, "adam_8bit": ADAM_8BIT_STATE_BYTES, "adafactor": weight}[optimizer]
+            moments = {"adam": 2 * weight, "adam_8bit": ADAM_8BIT_STATE_BYTES, "adafactor": weight,
+                       "muon": 2 * weight}[optimizer]
             grads = weight
         if fp8_params and base.compute_dtype != "fp8":
             raise ValueError(f"fp8_params keeps FP8 GEMMs' weights in FP8; {dtype} training has none")
         return cls(base.compute_dtype, base.param_bytes, grads, master + moments, base.activation_bytes,
                    grad_buffers, optimizer_in_backward, fp8_params,
-                   moments if optimizer == "adafactor" else 0.0)
+                   moments if optimizer == "adafactor" else 0.0, moments / 2 if optimizer == "muon" else 0.0)
 
     @classmethod
     def _mixed(cls, dtype: str) -> Precision:

@@ -368,6 +368,11 @@ def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, A
             notes["optimizer"] = f"'{text}': LAMB keeps Adam's two moments"
     elif re.search(r"adafactor", t):
         out["optimizer"] = "adafactor"  # Hugging Face's: no first moment, the second factored per matrix
+        notes["optimizer"] = f"'{text}': factored second moments; the step's full-size temporaries not priced"
+    elif re.fullmatch(r"muon\b.*", t):
+        out["optimizer"] = "muon"  # Megatron-Core's: one momentum per block matrix, AdamW for the rest
+        notes["optimizer"] = (f"'{text}': one momentum per block matrix; the Newton-Schulz iteration's "
+                              "temporaries (and gathered matrices under a distributed optimizer) not priced")
     else:
         raise RowSkip(SETTING, f"optimizer '{text}': trainsim prices Adam-style and factored states (adam, "
                       "adam_8bit, adafactor)")
@@ -714,10 +719,11 @@ def _optimizer(m: re.Match[str], st: _Settings) -> None:
     """An optimizer named in other_settings: Adam/AdamW/LAMB keep two moments, 8-bit Adam keeps them quantised,
     Adafactor a factored second moment; matrix-valued ones (Muon, Shampoo, SOAP) are not priced."""
     name = m.group(1)
-    if name in ("muon", "shampoo", "soap"):
-        raise RowSkip(SETTING, f"{name} optimizer (matrix-valued steps; trainsim prices Adam and Adafactor)")
-    if name == "adafactor":
-        st.optimizer = "adafactor"
+    if name in ("shampoo", "soap"):
+        raise RowSkip(SETTING, f"{name} optimizer (preconditioner matrices; trainsim prices Adam, Adafactor and "
+                      "Muon)")
+    if name in ("adafactor", "muon"):
+        st.optimizer = name
     elif name.startswith("8-bit"):
         st.optimizer = "adam_8bit"
     elif name == "lamb":
