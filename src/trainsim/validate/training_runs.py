@@ -921,11 +921,6 @@ def _row_job(row: dict[str, str]) -> RowJob:
             raise RowSkip(SETTING, f"activation offloading with recompute {strategy['recompute']} (trainsim "
                           "offloads the checkpointed inputs of full recompute)")
         strategy["offload_activations"] = True
-    if _per_op_sac(_cell(row, "recompute")) and isinstance(measured_memory(row), tuple):
-        raise RowSkip("recompute not expressible", "per-op selective activation checkpointing for memory: "
-                      "torchtitan's op SAC keeps the outputs of every other matmul and of attention and "
-                      "recomputes the rest; priced as selective, every activation is kept (the time is close, "
-                      "the peak is not)")
     sharded = bool(strategy.get("zero") or strategy.get("fsdp"))
     if settings.overlap_param_gather:
         if sharded:
@@ -1046,6 +1041,10 @@ def measured_memory(row: dict[str, str]) -> tuple[float, str] | str | None:
         return gib, UNSTATED_MEM_KIND
     if kind not in MEM_KINDS:
         return f"mem_kind = '{kind}' is not one of {', '.join(MEM_KINDS)} (or empty / unknown)"
+    if _per_op_sac(_cell(row, "recompute")):
+        return ("per-op selective activation checkpointing: torchtitan's op SAC keeps the outputs of every other "
+                "matmul and of attention and recomputes the rest; priced as selective (its time is close) every "
+                "activation is kept, so the peak is not comparable")
     return gib, kind
 
 
