@@ -20,6 +20,15 @@ from .program import Step, Stream
 OFFLOAD_TARGETS = ("none", "cpu", "nvme", "remote")
 
 
+def _load(label: str, layer: str, prefetch_after: int | None, phase: str, size_bytes: float, held_bytes: float,
+          axes: tuple[str, ...] = (), in_switch: bool = False) -> Step:
+    """A load on the memory stream of `size_bytes` that allocates `held_bytes`, issued once the step
+    `prefetch_after` has started (the previous layer's first: one layer ahead) or at once (None)."""
+    return Step(label, "memory", Stream.MEMORY, "offload", layer,
+                deps=(prefetch_after,) if prefetch_after is not None else (), phase=phase, access="load",
+                size_bytes=size_bytes, alloc_bytes=held_bytes, axes=axes, in_switch=in_switch)
+
+
 def insert_offload(steps: list[Step], sizes: dict[str, tuple[float, float]], phase: str,
                    in_switch: dict[str, tuple[float, float, tuple[str, ...]]] | None = None) -> list[Step]:
     """Put a load before each layer's first step and (backward) a gradient store after its last one.
@@ -60,10 +69,8 @@ def insert_offload(steps: list[Step], sizes: dict[str, tuple[float, float]], pha
         name = starts.get(i)
         if name is not None:
             size, held, axes = in_switch.get(name, (sizes[name][0], sizes[name][0], ()))
-            out.append(Step(f"{name}.params:load", "memory", Stream.MEMORY, "offload", name,
-                            deps=(prev_layer_start,) if prev_layer_start is not None else (), phase=phase,
-                            access="load", size_bytes=size, alloc_bytes=held, axes=axes,
-                            in_switch=name in in_switch))
+            out.append(_load(f"{name}.params:load", name, prev_layer_start, phase, size, held, axes,
+                             name in in_switch))
             before = deps if deps is not None else ((new_index[i - 1],) if i > 0 else ())
             deps = (*before, len(out) - 1)  # explicit: the stores put after the load are not waited on
             out.extend(pending)
@@ -114,9 +121,7 @@ def insert_activation_offload(steps: list[Step], kept: dict[str, float], phase: 
         after_store = -1
         name = load_before.get(i)
         if name is not None:
-            out.append(Step(f"{name}.activations:load", "memory", Stream.MEMORY, "offload", name,
-                            deps=(prev_layer_start,) if prev_layer_start is not None else (), phase=phase,
-                            access="load", size_bytes=kept[name], alloc_bytes=kept[name]))
+            out.append(_load(f"{name}.activations:load", name, prev_layer_start, phase, kept[name], kept[name]))
             before = deps if deps is not None else ((len(out) - 2,) if len(out) > 1 else ())
             deps = (*before, len(out) - 1)
         if i in starts:
