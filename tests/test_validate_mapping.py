@@ -319,6 +319,7 @@ def test_per_op_sac_is_compared_for_time_not_memory() -> None:
     why = tr.measured_memory({"recompute": "selective per-op (selective_ac_option=op)", "peak_mem_gib": "40",
                               "mem_kind": "reserved"})
     assert isinstance(why, str) and "per-op selective" in why
+    assert isinstance(tr.measured_memory({"recompute": "selective (per-op SAC)", "peak_mem_gib": "82.4"}), str)
     assert tr.measured_memory({"recompute": "selective", "peak_mem_gib": "40", "mem_kind": "reserved"}) == \
         (40.0, "reserved")
 

@@ -1034,6 +1034,10 @@ def measured_memory(row: dict[str, str]) -> tuple[float, str] | str | None:
     gib = _num(row, "peak_mem_gib")
     if gib is None or gib <= 0:
         return f"peak_mem_gib = '{cell}' is not a positive number of GiB"
+    if _per_op_sac(_cell(row, "recompute")):
+        return ("per-op selective activation checkpointing: torchtitan's op SAC keeps the outputs of every other "
+                "matmul and of attention and recomputes the rest; priced as selective (its time is close) every "
+                "activation is kept, so the peak is not comparable")
     kind = _cell(row, "mem_kind").lower()
     if _unstated(kind) and _NVML_USED.search(_cell(row, "notes")):
         return gib, "used"  # the source read the device's used memory (its notes say so)
@@ -1041,10 +1045,6 @@ def measured_memory(row: dict[str, str]) -> tuple[float, str] | str | None:
         return gib, UNSTATED_MEM_KIND
     if kind not in MEM_KINDS:
         return f"mem_kind = '{kind}' is not one of {', '.join(MEM_KINDS)} (or empty / unknown)"
-    if _per_op_sac(_cell(row, "recompute")):
-        return ("per-op selective activation checkpointing: torchtitan's op SAC keeps the outputs of every other "
-                "matmul and of attention and recomputes the rest; priced as selective (its time is close) every "
-                "activation is kept, so the peak is not comparable")
     return gib, kind
 
 
