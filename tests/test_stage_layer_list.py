@@ -66,6 +66,23 @@ def test_listed_layers_per_stage(strategy: dict[str, object], counts: list[int],
     assert ends["embedding"] == 0 and ends["head"] == head
 
 
+def test_fewer_layers_than_chunks_when_the_ends_hold_only_embedding_and_loss() -> None:
+    """6 blocks over pp 4 x vpp 2 = 8 chunks, one each but the first (the embedding alone) and the last (the loss):
+    Megatron's account-for-embedding/loss-in-pipeline-split. Listed counts are checked by their own rules, not
+    by the even split's blocks >= chunks."""
+    job = {"model": {"name": "custom", "layers": 6, "hidden": 512, "heads": 8, "seq_len": 1024},
+           "cluster": {"name": "dgx-h100", "nodes": 1},
+           "strategy": {"pp": 4, "vpp": 2, "dp": 2, "micro_batch": 4, "global_batch": 32,
+                        "stage_layers": [0, 1, 1, 1, 1, 1, 1, 0]}}
+    tree = strategy_tree(job)
+    chunk = {n.layer.name: n.chunk for n in tree.root.walk() if n.layer is not None}
+    assert chunk["embedding"] == 0 and chunk["head"] == 7
+    assert sorted(c for name, c in chunk.items() if name.startswith("layers.")) == [1, 2, 3, 4, 5, 6]
+    assert trainsim.simulate(job).iteration_time_s > 0
+    with pytest.raises(ConfigError, match="layers for pp x vpp"):
+        trainsim.simulate({**job, "strategy": {k: v for k, v in job["strategy"].items() if k != "stage_layers"}})
+
+
 def test_an_empty_last_stage_still_simulates() -> None:
     result = trainsim.simulate({**JOB, "strategy": {"pp": 4, "tp": 2, "global_batch": 8,
                                                     "stage_layers": [9, 9, 14, 0]}})

@@ -311,6 +311,20 @@ def test_lora_rows_map_rank_targets_and_base() -> None:
     assert _job(other_settings="loss=chunked CE").job["model"]["loss"] == "chunked"
 
 
+def test_embedding_and_loss_counted_in_the_pipeline_split() -> None:
+    """Megatron's account-for-embedding/loss-in-pipeline-split: 6 layers + embedding + loss over pp 4 x vpp 2 =
+    one per virtual stage, the first holding only the embedding, the last only the loss."""
+    settings = "account-for-embedding-in-pipeline-split=True; account-for-loss-in-pipeline-split=True"
+    common = {"n_layers": "6", "pp": "4", "vpp": "2", "dp": "2", "global_batch": "32", "micro_batch": "2"}
+    rj = _job(other_settings=settings, **common)
+    assert rj.job["strategy"]["stage_layers"] == [0, 1, 1, 1, 1, 1, 1, 0]
+    rj = _job(other_settings="account-for-embedding-in-pipeline-split=True", **{**common, "n_layers": "7"})
+    assert rj.job["strategy"]["stage_layers"] == [0, 1, 1, 1, 1, 1, 1, 1]
+    assert "stage_layers" not in _job(other_settings="account-for-loss-in-pipeline-split=False", **common).job[
+        "strategy"]
+    assert skip_category(_skip(other_settings=settings, **{**common, "n_layers": "8"})) == "setting not expressible"
+
+
 def test_per_op_sac_is_compared_for_time_not_memory() -> None:
     """torchtitan's op SAC keeps every other matmul's output: priced as selective for time (a note), its measured
     peak is not compared (every activation kept would be far off)."""

@@ -133,9 +133,9 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
     blocks = [la for la in model.layers if la.kind == "transformer"]
     chunks = p.pp * p.vpp
     n_layers = len(blocks) or len(model.layers)
-    stage_layers(model, p)  # uneven first/last stages: Megatron's checks
-    _require(n_layers >= chunks, "pp", f"{model.name} has only {n_layers} layers for pp x vpp = {chunks} chunks",
-             "use fewer pipeline stages or virtual stages")
+    if stage_layers(model, p) is None:  # uneven first/last stages: Megatron's checks; listed: its own
+        _require(n_layers >= chunks, "pp", f"{model.name} has only {n_layers} layers for pp x vpp = {chunks} chunks",
+                 "use fewer pipeline stages or virtual stages")
 
 
 def stage_layers(model: Model, p: ParallelSpec) -> list[int] | None:

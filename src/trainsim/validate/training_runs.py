@@ -608,6 +608,7 @@ class _Settings:
     fp8_params: bool = False  # FP8 GEMM weights kept and gathered in FP8 (simulation.fp8_params)
     offload_activations: bool = False  # checkpointed layer inputs in CPU memory (strategy.offload_activations)
     stages: dict[str, int] = field(default_factory=dict)  # first_stage_layers / last_stage_layers
+    accounted: set[str] = field(default_factory=set)  # embedding / loss counted in the pipeline split (Megatron)
     features: dict[str, Any] = field(default_factory=dict)
     dropout: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -644,6 +645,31 @@ def _attn(kernel: str, override: bool = True) -> Action:
         if override or st.attention is None:
             st.attention = kernel
     return act
+
+
+def _account_for(m: re.Match[str], st: _Settings) -> None:
+    """Megatron's --account-for-embedding/loss-in-pipeline-split: the embedding (loss) counts as a layer of the
+    first (last) virtual stage in the even split."""
+    if _on(m, 2):
+        st.accounted.add(m.group(1))
+
+
+def _accounted_split(layers: int, pp: int, vpp: int, accounted: set[str], notes: dict[str, str]) -> list[int]:
+    """Transformer layers per pipeline chunk (pp x vpp, pipeline order) when Megatron counts the embedding and/or
+    the loss as a layer (megatron/core/transformer/transformer_block.py, get_num_layers_to_build): the layers
+    plus those counted share the chunks evenly, the first chunk gives one of its share to the embedding and the
+    last one to the loss."""
+    chunks = pp * vpp
+    total = layers + len(accounted)
+    if pp == 1 or total % chunks:
+        raise RowSkip(SETTING, f"{layers} layers + {'/'.join(sorted(accounted))} over pp x vpp = {chunks} chunks "
+                      "(Megatron needs them to divide evenly)")
+    counts = [total // chunks] * chunks
+    counts[0] -= "embedding" in accounted
+    counts[-1] -= "loss" in accounted
+    notes["stage_layers"] = (f"{', '.join(sorted(accounted))} counted as a layer in the pipeline split "
+                             f"(Megatron's account-for-*-in-pipeline-split): {counts} layers per chunk")
+    return counts
 
 
 def _stage_layers(key: str) -> Action:
@@ -796,6 +822,7 @@ _RULES: list[tuple[str, Action]] = [
     (r"finetune\s*=\s*(q?lora)\b.*", _lora),
     (r"packed\s*=\s*false", _skip(SETTING, "unpacked variable-length sequences (seq_len is only the maximum)")),
     (r"packed\s*=\s*true|full finetune.*", _ok),
+    (r"account-for-(embedding|loss)-in-pipeline-split(?:\s*=\s*(true|false))?", _account_for),
     (r"decoder-first-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("first_stage_layers")),
     (r"decoder-last-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("last_stage_layers")),
     (r"decoder-(?:first|last)-pipeline-num-layers.*|account-for-(?:embedding|loss)-in-pipeline-split.*|"
@@ -943,6 +970,10 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if settings.stages and (pp == 1 or vpp > 1):
         raise RowSkip(SETTING, f"uneven pipeline stages with pp = {pp}, vpp = {vpp}")
     strategy.update(settings.stages)
+    if settings.accounted:
+        if settings.stages:
+            raise RowSkip(SETTING, "account-for-*-in-pipeline-split with an uneven first or last stage")
+        strategy["stage_layers"] = _accounted_split(model["layers"], pp, vpp, settings.accounted, notes)
     if pp > 1 and not settings.stages and "nanotron" in (_cell(row, "source_group") + _cell(row, "source")).lower():
         strategy["stage_layers"] = _nanotron_split(model, pp, vpp, notes)
     mb = _count(row, "micro_batch")
