@@ -540,7 +540,7 @@ def offload_memory(tree: StrategyTree, cl: Cluster, remote_memory: RemoteMemoryS
                           f"offload is {tree.offload})", "offload to remote, or drop it")
     # activation offloading moves checkpointed inputs to CPU memory whatever holds the model states
     target = "cpu" if tree.offload_activations and tree.offload == "none" else tree.offload
-    if tree.offload_activations and target not in ("cpu",):
+    if tree.offload_activations and target != "cpu":
         raise ConfigError("strategy.offload_activations", f"moves activations to CPU memory; the model states are "
                           f"offloaded to {tree.offload}", "offload the states to cpu (or not at all) with it")
     memory = offload_memory_system(target, cl, remote_memory)

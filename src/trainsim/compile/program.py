@@ -376,11 +376,13 @@ class _LayerTemplate:
 
 @dataclass(frozen=True)
 class _StatePlan:
-    """A layer's stored states and gradient collectives on one rank (`_Lowerer.grad_sync`), per op in order:
-    (parameters, gradients, optimizer-state parameters stored, tied-embedding gradient bytes or None, the bytes
-    its stored weight takes beyond parameters x param_bytes: FP8 or NF4 storage)."""
+    """A layer's stored states and gradient collectives on one rank (`_Lowerer.grad_sync`), per op in order (and
+    LoRA adapters after their op): (parameters, gradients, optimizer-state parameters stored, tied-embedding
+    gradient bytes or None, the bytes its stored weight takes beyond parameters x param_bytes (FP8 or NF4
+    storage), the bytes its optimizer states take beyond optimizer-state parameters x optimizer_bytes
+    (Adafactor's factored or Muon's single moment))."""
 
-    states: tuple[tuple[float, float, float, float | None, float], ...]
+    states: tuple[tuple[float, float, float, float | None, float, float], ...]
     buckets: tuple[tuple[str, tuple[str, ...], float], ...]  # (collective, axes, bytes)
     post: tuple[tuple[tuple[str, ...], float], ...]  # ZeRO-1/2 parameter all-gathers: (axes, bytes)
 
