@@ -36,7 +36,9 @@ def test_top_k_needs_enough_experts(model: dict[str, int]) -> None:
 def test_fields_from_megatron_flags() -> None:
     mlm = "Megatron-LM CI"
     assert moe_model_fields("num-experts=8; moe-router-topk=2; moe-ffn-hidden-size=1024", 1, mlm) == {
-        "experts": 8, "top_k": 2, "ffn": 1024}
+        "experts": 8, "top_k": 2, "expert_ffn": 1024}
+    assert moe_model_fields("num-experts=8; moe-shared-expert-intermediate-size=512; moe-layer-freq=([0]*1+[1]*3)",
+                            1, mlm) == {"experts": 8, "top_k": 2, "shared_expert_ffn": 512, "first_dense_layers": 1}
     assert moe_model_fields("num-experts=4", 2, mlm) == {"experts": 4, "top_k": 2}  # Megatron's default top-k
     assert moe_model_fields("num-experts=4; expert-tensor-parallel-size=2", 2, mlm) == {"experts": 4, "top_k": 2}
 
@@ -48,8 +50,8 @@ def test_only_megatron_flags_map() -> None:
 
 
 @pytest.mark.parametrize(("settings", "reason"), [
-    ("num-experts=8; moe-shared-expert-intermediate-size=512", "shared expert"),
-    ("num-experts=8; moe-layer-freq=([0]*1+[1]*3)", "dense and MoE layers mixed"),
+    ("num-experts=8; moe-layer-freq=([1]*1+[0]*3)", "moe-layer-freq"),
+    ("num-experts=8; moe-layer-freq=2", "moe-layer-freq"),
     ("num-experts=8; multi-latent-attention=True", "multi-latent attention"),
     ("num-experts=8; expert-tensor-parallel-size=1", "expert tensor parallelism 1 differs from tp 2"),
 ])
@@ -67,12 +69,43 @@ def test_validate_maps_an_every_layer_moe_row() -> None:
     rj = tr.row_job(_moe_row("num-experts=8; moe-router-topk=2; moe-ffn-hidden-size=1024; moe-grouped-gemm=True; "
                              "moe-token-dispatcher-type=alltoall", n_gpus="8", dp="8", ep="4"))
     assert not isinstance(rj, str), rj
-    assert (rj.job["model"]["experts"], rj.job["model"]["top_k"], rj.job["model"]["ffn"]) == (8, 2, 1024)
+    assert (rj.job["model"]["experts"], rj.job["model"]["top_k"], rj.job["model"]["expert_ffn"]) == (8, 2, 1024)
     assert rj.job["strategy"]["ep"] == 4
     assert "alltoall" in rj.assumptions["mixture_of_experts"]
     assert trainsim.simulate(rj.job).iteration_time_s > 0
 
 
-def test_validate_skips_a_shared_expert_row_with_its_reason() -> None:
-    got = tr.row_job(_moe_row("num-experts=8; moe-shared-expert-intermediate-size=512"))
-    assert isinstance(got, str) and got.startswith(tr.MOE) and "shared expert" in got
+def test_validate_maps_a_shared_expert_and_first_dense_layers() -> None:
+    rj = tr.row_job(_moe_row("num-experts=8; moe-shared-expert-intermediate-size=512; moe-layer-freq=([0]*1+[1]*3)",
+                             n_gpus="8", dp="8", ep="2"))
+    assert not isinstance(rj, str), rj
+    model = rj.job["model"]
+    assert (model["shared_expert_ffn"], model["first_dense_layers"], model["ffn"]) == (512, 1, 2048)
+    assert "shared expert of 512" in rj.assumptions["mixture_of_experts"]
+    assert trainsim.simulate(rj.job).iteration_time_s > 0
+
+
+def test_expert_width_shared_expert_and_first_dense_layers_count_by_hand() -> None:
+    """A 4-layer GPT-style MoE (h 256, 8 experts, biases in the dense MLPs, none in the experts): each layer's
+    attention and norms 4h^2 + 8h, a router 8h, experts 8 x 2 h f_e; a shared expert adds a dense MLP of its width
+    (2 h f_s + f_s + h); a first dense layer swaps its router, experts and shared expert for the dense MLP of ffn
+    features (2 h f + f + h). Embedding, positions and the final norm: V h + S h + 2h."""
+    h, v, s, f, e = 256, 1024, 128, 1024, 8
+    base = {"name": "custom", "layers": 4, "hidden": h, "heads": 4, "vocab": v, "seq_len": s, "experts": e,
+            "top_k": 2, "ffn": f}
+    ends = v * h + s * h + 2 * h
+    attention = 4 * h * h + 8 * h
+
+    def params(**extra: int) -> int:
+        job = {"model": {**base, **extra}, "cluster": {"name": "dgx-a100", "nodes": 1},
+               "strategy": {"dp": 8, "ep": 2, "micro_batch": 1, "global_batch": 8}}
+        result = trainsim.simulate(job)
+        assert result.iteration_time_s > 0
+        return result.model_params
+
+    assert params() == ends + 4 * (attention + e * h + e * 2 * h * f)
+    fe, fs = 256, 512
+    moe_layer = attention + e * h + e * 2 * h * fe + (2 * h * fs + fs + h)
+    assert params(expert_ffn=fe, shared_expert_ffn=fs) == ends + 4 * moe_layer
+    dense_layer = attention + 2 * h * f + f + h
+    assert params(expert_ffn=fe, shared_expert_ffn=fs, first_dense_layers=1) == ends + 3 * moe_layer + dense_layer

@@ -87,6 +87,14 @@ class ModelSpec(_Strict):
                                 "model's own (0 for dense models)")
     top_k: int | None = Field(None, ge=1, le=MAX_HEADS, description="experts each token is routed to (with "
                               "model.experts, or a MoE model of the zoo)")
+    expert_ffn: int | None = Field(None, ge=1, le=MAX_FFN, description="each routed expert's features (Megatron "
+                                   "--moe-ffn-hidden-size); model.ffn stays the dense layers'; None: model.ffn")
+    shared_expert_ffn: int | None = Field(None, ge=0, le=MAX_FFN, description="a shared expert every token runs "
+                                          "beside the routed ones, of these features (all shared experts as one: "
+                                          "Megatron --moe-shared-expert-intermediate-size; DeepSeek); 0: none")
+    first_dense_layers: int | None = Field(None, ge=0, le=MAX_LAYERS, description="a MoE model's first layers "
+                                           "keep a dense MLP of model.ffn features (DeepSeek-V3's "
+                                           "first_k_dense_replace, Megatron --moe-layer-freq [0]*k+[1]*n)")
     # parameter-efficient fine-tuning (LoRA / QLoRA): every parameter frozen, low-rank adapters trained
     lora_rank: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="LoRA fine-tuning: every parameter "
                                   "frozen (no gradients, optimizer states or gradient sync; no weight-gradient "

@@ -43,6 +43,7 @@ from ..config import SimulationSpec, parse_job
 from ..cost.annotate import group_concurrency, optimizer_time
 from ..cost.comm import CommModel
 from ..cost.memory import RUNTIME_RESERVED_BYTES, workspace_bytes
+from ..errors import ConfigError
 from ..hardware.cluster import Cluster
 from ..sim.analytic import CATEGORIES, SCHEDULES, PhaseCost, StageBatch, evaluate, replay_layers, stack
 from ..strategy.mesh import DeviceMesh
@@ -159,6 +160,10 @@ class AnalyticBatch:
         self.cluster = cluster
         self.capacity_bytes = cluster.device.hbm_bytes - RUNTIME_RESERVED_BYTES
         self.blocks = sum(1 for la in model.layers if la.kind == "transformer")
+        if model.hyper.get("first_dense_layers"):  # the reduced jobs stand one block for all of them
+            raise ConfigError("model.first_dense_layers", "the analytic batch takes every transformer block to be "
+                              "alike, and this model mixes dense and MoE blocks",
+                              "simulate the candidates one by one (trainsim simulate / sweep)")
         self._pieces: dict[tuple, int] = {}  # compute key -> index into _piece_list
         self._piece_list: list[_Pieces] = []
         self._trees: dict[tuple, tuple[Any, dict[str, tuple[Layer, LeafConfig]], list[str]]] = {}

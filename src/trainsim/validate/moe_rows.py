@@ -1,16 +1,15 @@
 """Mixture-of-experts rows (Megatron-Core's MoE test models) that trainsim's MoE layer represents, and why the
 others are not.
 
-trainsim's MoE block (workload/zoo/transformer.py `_moe_ops`) routes every layer's MLP through `experts`
-experts of `ffn` features each, `top_k` per token, with the experts split over the expert-parallel axis and,
-like every MLP, their ffn dimension over tp. That is Megatron-Core's layout when:
-- every layer is a MoE layer (no --moe-layer-freq pattern with dense layers);
-- there is no shared expert (--moe-shared-expert-intermediate-size);
+trainsim's MoE block (workload/zoo/transformer.py `_moe_ops`) routes a layer's MLP through `experts` experts
+of `expert_ffn` features each (--moe-ffn-hidden-size; default the dense --ffn-hidden-size), `top_k` per token,
+with the experts split over the expert-parallel axis and, like every MLP, their ffn dimension over tp, and a
+shared expert beside them (--moe-shared-expert-intermediate-size); the first `first_dense_layers` layers keep
+a dense MLP (--moe-layer-freq of the form [0]*k+[1]*n). That is Megatron-Core's layout when:
 - the experts' tensor parallelism is the dense layers' (Megatron: --expert-tensor-parallel-size defaults to
   --tensor-model-parallel-size, megatron/training/arguments.py);
 - attention is ordinary (no multi-latent attention) and there are no multi-token-prediction layers.
---moe-ffn-hidden-size (default: --ffn-hidden-size) is each expert's width; with every layer MoE the dense ffn
-is unused, so it becomes the model's ffn. --moe-router-topk defaults to 2 (Megatron's arguments.py).
+--moe-router-topk defaults to 2 (Megatron's arguments.py).
 
 Megatron routes droplessly by default (no --moe-expert-capacity-factor): each expert's tokens are the mean,
 tokens * top_k / experts (trainsim's capacity factor 1). The token dispatcher (allgather, Megatron's default, or
@@ -27,8 +26,6 @@ MEGATRON_DEFAULT_TOP_K = 2
 """--moe-router-topk's default (megatron/training/arguments.py)."""
 
 _BLOCKERS: tuple[tuple[str, str], ...] = (
-    (r"moe-shared-expert-intermediate-size\s*=\s*[1-9]", "a shared expert beside the routed ones"),
-    (r"moe-layer-freq\s*=", "dense and MoE layers mixed (moe-layer-freq)"),
     (r"multi-latent-attention\s*=\s*true", "multi-latent attention (MLA)"),
     (r"mtp-num-layers\s*=\s*[1-9]", "multi-token-prediction layers"),
     (r"moe-expert-capacity-factor\s*=", "a token capacity per expert (dropping)"),
@@ -55,7 +52,16 @@ def moe_model_fields(settings: str, tp: int, framework: str) -> dict[str, Any] |
     out: dict[str, Any] = {"experts": experts, "top_k": int(top.group(1)) if top else MEGATRON_DEFAULT_TOP_K}
     ffn = re.search(r"moe-ffn-hidden-size\s*=\s*(\d+)", text)
     if ffn:
-        out["ffn"] = int(ffn.group(1))
+        out["expert_ffn"] = int(ffn.group(1))
+    shared = re.search(r"moe-shared-expert-intermediate-size\s*=\s*(\d+)", text)
+    if shared and int(shared.group(1)):
+        out["shared_expert_ffn"] = int(shared.group(1))
+    freq = re.search(r"moe-layer-freq\s*=\s*(\S+)", text)
+    if freq:
+        pattern = re.fullmatch(r"\(?\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\)?", freq.group(1).rstrip(";"))
+        if pattern is None:
+            return f"moe-layer-freq {freq.group(1)} (trainsim keeps the first layers dense, then MoE) is not modelled"
+        out["first_dense_layers"] = int(pattern.group(1))
     return out
 
 
@@ -63,7 +69,12 @@ def moe_note(fields: dict[str, Any], settings: str) -> str:
     """The row's assumption text for its MoE mapping."""
     dispatcher = re.search(r"moe-token-dispatcher-type\s*=\s*(\w+)", settings.lower())
     kind = dispatcher.group(1) if dispatcher else "allgather (Megatron's default)"
-    width = f"{fields['ffn']} features each (moe-ffn-hidden-size)" if "ffn" in fields else "ffn features each"
-    return (f"Megatron MoE: every layer routes to {fields['top_k']} of {fields['experts']} experts, {width}; "
+    width = (f"{fields['expert_ffn']} features each (moe-ffn-hidden-size)" if "expert_ffn" in fields
+             else "ffn features each")
+    layers = (f"every layer after the first {fields['first_dense_layers']} (dense)" if fields.get("first_dense_layers")
+              else "every layer")
+    shared = (f", beside a shared expert of {fields['shared_expert_ffn']} features"
+              if fields.get("shared_expert_ffn") else "")
+    return (f"Megatron MoE: {layers} routes to {fields['top_k']} of {fields['experts']} experts, {width}{shared}; "
             f"dropless routing priced at the mean load (tokens x top_k / experts per expert); the {kind} "
             "dispatcher's traffic is priced as trainsim's all-to-all (what expert_fc1 saves is the same)")

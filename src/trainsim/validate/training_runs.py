@@ -809,7 +809,8 @@ _RULES: list[tuple[str, Action]] = [
     (r"multi-latent-attention\s*=\s*true|(?:q|kv)-lora-rank.*|qk-head-dim.*|qk-pos-emb-head-dim.*|v-head-dim.*",
      _skip(ARCH_MODELLED, "multi-latent attention (MLA)")),
     # read by moe_rows (a MoE row that maps); grouped GEMMs and the router's dtype change kernels, not storage
-    (r"(?:num-experts|moe-router-topk|moe-ffn-hidden-size|moe-token-dispatcher-type)\s*=\s*\w+|"
+    (r"(?:num-experts|moe-router-topk|moe-ffn-hidden-size|moe-token-dispatcher-type|"
+     r"moe-shared-expert-intermediate-size)\s*=\s*\w+|moe-layer-freq\s*=.*|"
      r"moe-grouped-gemm(?:\s*=\s*true)?|moe-router-dtype\s*=\s*fp32", _ok),
     (r"num-experts.*|moe-.*|moe_.*|ep a2a.*|.*deepep.*", _skip(MOE, "expert layers in other_settings")),
     (r"mtp-num-layers\s*=\s*[1-9]\d*|mtp enabled.*|mtp: recipe default mtp_num_layers\s*=\s*[1-9].*",

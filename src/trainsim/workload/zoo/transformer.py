@@ -37,7 +37,8 @@ CE_CHUNKS = 8
 SP_SAVES = ("shard", "gathered")
 GLUS = ("fused", "unfused")
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
-            "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base")
+            "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
+            "first_dense_layers")
 LORA_TARGETS = ("q", "k", "v", "o", "mlp", "output")
 """Matrices LoRA can adapt: the attention's query, key, value and output projections, the MLP's matrices and the
 LM head (torchtune's lora_attn_modules q_proj/k_proj/v_proj/output_proj, apply_lora_to_mlp/_output)."""
@@ -71,7 +72,10 @@ class TransformerConfig:
     glu: str | None = None  # fused: SwiGLU saves its input only | unfused: also silu's output; None: per kernels
     causal: bool = True
     head: str = "lm"  # lm: final norm, LM head and loss over the vocabulary | classifier: see _classifier_head
-    experts: int = 0  # >0: every layer's MLP is a mixture of experts
+    experts: int = 0  # >0: every layer's MLP (but the first `first_dense_layers`) is a mixture of experts
+    expert_ffn: int = 0  # each routed expert's features (0: ffn); ffn stays the dense layers' (Megatron's split)
+    shared_expert_ffn: int = 0  # a shared expert every token also runs, of these features (0: none; DeepSeek)
+    first_dense_layers: int = 0  # MoE models: the first layers keep a dense MLP of ffn features (DeepSeek-V3: 3)
     # LoRA fine-tuning: >0 freezes every parameter and adds rank-r adapters to `lora_targets`; lora_base "nf4" stores
     # the adapted matrices as 4-bit NormalFloat (QLoRA)
     lora_rank: int = 0
@@ -236,8 +240,9 @@ def _mlp_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
 
 
 def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
-    """Top-k routed experts: router GEMM, dispatch (all-to-all when e is split), expert MLPs, combine."""
-    h, f, e = cfg.hidden, cfg.ffn, cfg.experts
+    """Top-k routed experts: router GEMM, dispatch (all-to-all when e is split), expert MLPs, combine; then a
+    shared expert (`shared_expert_ffn`), a dense MLP every token runs, added to the routed output."""
+    h, f, e = cfg.hidden, cfg.expert_ffn or cfg.ffn, cfg.experts
     f2 = 2 * f if cfg.gated else f
     c = max(1, int(round(b * s * cfg.top_k * cfg.capacity_factor / e)))
     tok = {"b": b, "s": s, "h": h}
@@ -256,14 +261,33 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
            weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),)),
         Op("combine", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("e", "c", "h"),), ("b", "s", "h"),
            flops_per_point=0.0),
+        *_shared_expert_ops(cfg, b, s),
     ]
 
 
-def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
-    """The ops of one transformer block (every block has the same ones: only the layer's name differs)."""
+def _shared_expert_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
+    """DeepSeek's shared expert (Megatron --moe-shared-expert-intermediate-size: all shared experts as one): a
+    dense MLP of `shared_expert_ffn` features on every token, split over tp like the dense MLP, its output added
+    to the routed experts'. Its input is the router's (the second norm's output), which the router already keeps,
+    so its first matrix saves nothing of its own; it runs after the routed experts here (Megatron may overlap it
+    with their dispatch)."""
+    if not cfg.shared_expert_ffn:
+        return []
+    dense = _mlp_ops(replace(cfg, ffn=cfg.shared_expert_ffn), b, s)
+    fc1, act, fc2 = (replace(op, name=f"shared_{op.name}") for op in dense)
+    return [replace(fc1, saved=()), act, fc2,
+            Op("shared_add", OpKind.ELEMENTWISE, {"b": b, "s": s, "h": cfg.hidden},
+               (("b", "s", "h"), ("b", "s", "h")), ("b", "s", "h"), flops_per_point=1.0,
+               input_from=(None, "combine"))]
+
+
+def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str, moe: bool | None = None) -> list[Op]:
+    """The ops of one transformer block (every block of a kind has the same ones: only the layer's name
+    differs); `moe`: a mixture-of-experts block (default: whenever the model has experts)."""
+    moe = bool(cfg.experts) if moe is None else moe
     return [_norm("ln1", cfg, b, s), *_attention_ops(cfg, b, s, impl), _dropout_add("attn_residual", cfg, b, s),
             _norm("ln2", cfg, b, s),
-            *(_moe_ops(cfg, b, s) if cfg.experts else _mlp_ops(cfg, b, s)),
+            *(_moe_ops(cfg, b, s) if moe else _mlp_ops(cfg, b, s)),
             _dropout_add("mlp_residual", cfg, b, s)]
 
 
@@ -439,22 +463,27 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     head = _classifier_head(cfg_s, batch, s) if cfg.head == "classifier" else _head(cfg_s, batch, s)
     # One block's ops, built once: ops are frozen values, so every block's own list holds the same objects
     # (the blocks differ only by name; lowering and costing key ops by value or per layer anyway).
-    ops = _block_ops(cfg_s, batch, s, attention)
+    kinds = [_block_ops(cfg_s, batch, s, attention)]  # a MoE model's first dense layers: a dense kind too
+    dense = min(cfg.first_dense_layers, cfg.layers) if cfg.experts else 0
+    if dense:
+        kinds.append(_block_ops(cfg_s, batch, s, attention, moe=False))
     if cfg.kernels == "eager":
-        ops = [_eager(op, cfg) for op in ops]
+        kinds = [[_eager(op, cfg) for op in ops] for ops in kinds]
         for layer in (embedding, head):
             layer.ops = [_eager(op, cfg) for op in layer.ops]
     if cfg.lora_rank:
-        ops = [_lora(op, cfg) for op in ops]
+        kinds = [[_lora(op, cfg) for op in ops] for ops in kinds]
         for layer in (embedding, head):
             layer.ops = [_lora(op, cfg) for op in layer.ops]
-    blocks: list[Module | Layer] = [Layer(f"layers.{i}", "transformer", list(ops)) for i in range(cfg.layers)]
+    blocks: list[Module | Layer] = [Layer(f"layers.{i}", "transformer", list(kinds[1 if i < dense else 0]))
+                                    for i in range(cfg.layers)]
     root = Module(cfg.name, [embedding, Module("layers", blocks), head])
     return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description,
                  assumptions=cfg.assumptions, hyper={
         "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,
         "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.experts, "top_k": cfg.top_k if cfg.experts else 0,
-        "attention": attention})
+        "expert_ffn": (cfg.expert_ffn or cfg.ffn) if cfg.experts else 0, "shared_expert_ffn": cfg.shared_expert_ffn,
+        "first_dense_layers": dense, "attention": attention})
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 50257, seq: int = 2048,
