@@ -83,8 +83,8 @@ class ModelSpec(_Strict):
         "classifier (BERT's sequence classification: pooler on the first token, 2-label linear classifier and "
         "loss; transformers' BertForSequenceClassification)")
     experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
-                                "every layer's MLP (each of model.ffn features; no shared expert); None keeps the "
-                                "model's own (0 for dense models)")
+                                "every layer's MLP (but model.first_dense_layers), each of model.expert_ffn features, "
+                                "beside model.shared_expert_ffn; None keeps the model's own (0 for dense models)")
     top_k: int | None = Field(None, ge=1, le=MAX_HEADS, description="experts each token is routed to (with "
                               "model.experts, or a MoE model of the zoo)")
     expert_ffn: int | None = Field(None, ge=1, le=MAX_FFN, description="each routed expert's features (Megatron "
