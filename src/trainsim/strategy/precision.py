@@ -68,8 +68,10 @@ class Precision:
               grad_buffers: int = 1, optimizer_in_backward: bool = False, fp8_params: bool = False) -> Precision:
         """The precision of training in `dtype`. master_weights: an fp32 master copy with fp32 optimizer states
         (mixed precision, the default); False: weights, gradients and optimizer states all in the training dtype
-        (PyTorch Lightning's bf16-true, torchtune's bf16). optimizer: adam (two moments) or adam_8bit (two
-        block-wise quantised 8-bit moments, ADAM_8BIT_STATE_BYTES). fp32 and tf32 train without a master copy
+        (PyTorch Lightning's bf16-true, torchtune's bf16). optimizer: adam (two moments), adam_8bit (two
+        block-wise quantised 8-bit moments, ADAM_8BIT_STATE_BYTES), adafactor (one moment, factored per matrix
+        by lowering) or muon (Adam's two moments, one taken off each block matrix by lowering). fp8_params: the
+        FP8 GEMMs' weights stored in FP8 (fp8 training only). fp32 and tf32 train without a master copy
         (the weights are fp32 already): master_weights changes nothing there."""
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {optimizer!r}; one of {', '.join(OPTIMIZERS)}")
@@ -111,7 +113,8 @@ class Precision:
         """Bytes of these parameter, gradient and optimizer-state counts kept across the step (every gradient
         copy; none with the optimizer in backward, where each lives only through its layer's backward);
         `params_adjust_bytes`: what weights stored in another format (FP8, NF4) take beyond param_bytes each;
-        `optimizer_adjust_bytes`: what factored moments save against one value per parameter (Adafactor)."""
+        `optimizer_adjust_bytes`: what matrix optimizers save against their per-parameter moments (Adafactor's
+        factored moment, Muon's single one)."""
         kept_grads = 0.0 if self.optimizer_in_backward else grads * self.grad_bytes * self.grad_buffers
         return (params * self.param_bytes + params_adjust_bytes + kept_grads + optimizer_params * self.optimizer_bytes
                 + optimizer_adjust_bytes)
