@@ -344,7 +344,7 @@ def _nanotron_split(model: dict[str, Any], pp: int, vpp: int, notes: dict[str, s
 def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
     """The `optimizer` cell -> simulation keys (optimizer, optimizer_in_backward). Adam, AdamW and LAMB keep two
     moments (adam); 8-bit Adam/AdamW keeps them block-wise quantised (adam_8bit); Adafactor a factored second
-    moment (adafactor); other optimizers skip. An absent
+    moment (adafactor); Muon one momentum per block matrix (muon); other optimizers skip. An absent
     column says nothing (Adam, as every other file's rows); a present but empty one is noted."""
     if "optimizer" not in row:
         return {}
@@ -374,8 +374,8 @@ def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, A
         notes["optimizer"] = (f"'{text}': one momentum per block matrix; the Newton-Schulz iteration's "
                               "temporaries (and gathered matrices under a distributed optimizer) not priced")
     else:
-        raise RowSkip(SETTING, f"optimizer '{text}': trainsim prices Adam-style and factored states (adam, "
-                      "adam_8bit, adafactor)")
+        raise RowSkip(SETTING, f"optimizer '{text}': trainsim prices Adam-style and factored states and Muon's "
+                      "(adam, adam_8bit, adafactor, muon)")
     return out
 
 
@@ -743,7 +743,8 @@ def _position(m: re.Match[str], st: _Settings) -> None:
 
 def _optimizer(m: re.Match[str], st: _Settings) -> None:
     """An optimizer named in other_settings: Adam/AdamW/LAMB keep two moments, 8-bit Adam keeps them quantised,
-    Adafactor a factored second moment; matrix-valued ones (Muon, Shampoo, SOAP) are not priced."""
+    Adafactor a factored second moment, Muon one momentum per block matrix; preconditioner ones (Shampoo, SOAP)
+    are not priced."""
     name = m.group(1)
     if name in ("shampoo", "soap"):
         raise RowSkip(SETTING, f"{name} optimizer (preconditioner matrices; trainsim prices Adam, Adafactor and "
