@@ -39,10 +39,6 @@ GLUS = ("fused", "unfused")
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
             "first_dense_layers")
-LORA_TARGETS = ("q", "k", "v", "o", "mlp", "output")
-"""Matrices LoRA can adapt: the attention's query, key, value and output projections, the MLP's matrices and the
-LM head (torchtune's lora_attn_modules q_proj/k_proj/v_proj/output_proj, apply_lora_to_mlp/_output)."""
-
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -359,7 +355,9 @@ def _classifier_head(cfg: TransformerConfig, b: int, s: int) -> Layer:
 def _lora(op: Op, cfg: TransformerConfig) -> Op:
     """An op of a LoRA fine-tune (Hu et al. 2021; torchtune's LoRA recipes): every parameter frozen, rank-r
     adapters (A: in x r, B: r x out) on the targeted matrices, and under QLoRA (lora_base nf4) those matrices
-    stored as NF4. The fused qkv matrix is adapted per part (q, k, v); the gated MLP's fc1 holds two matrices.
+    stored as NF4. Targets (model.lora_targets): q, k, v, o (the attention's projections; the fused qkv matrix
+    is adapted per part), mlp (the dense MLP's matrices; the gated fc1 holds two; a MoE's experts stay frozen,
+    unadapted) and output (the LM head), as torchtune's lora_attn_modules and apply_lora_to_mlp/_output.
     The adapters' GEMMs (2 r (in + out) FLOPs per token each way, a few percent of the frozen GEMM at r 64) and
     the NF4 dequantisation are not priced; what each op saves for backward is as in full training."""
     r, h, t = cfg.lora_rank, cfg.hidden, set(cfg.lora_targets)
