@@ -40,7 +40,9 @@ def _reference_transformer(name: str, batch: int, attention: str, kernels: str, 
     return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description, assumptions=cfg.assumptions,
                  hyper={"layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,
                         "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.experts,
-                        "top_k": cfg.top_k if cfg.experts else 0, "attention": attention})
+                        "top_k": cfg.top_k if cfg.experts else 0,
+                        "expert_ffn": (cfg.expert_ffn or cfg.ffn) if cfg.experts else 0,
+                        "shared_expert_ffn": cfg.shared_expert_ffn, "first_dense_layers": 0, "attention": attention})
 
 
 def _model_value(m: Model) -> tuple:
