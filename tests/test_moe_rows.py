@@ -109,3 +109,16 @@ def test_expert_width_shared_expert_and_first_dense_layers_count_by_hand() -> No
     assert params(expert_ffn=fe, shared_expert_ffn=fs) == ends + 4 * moe_layer
     dense_layer = attention + 2 * h * f + f + h
     assert params(expert_ffn=fe, shared_expert_ffn=fs, first_dense_layers=1) == ends + 3 * moe_layer + dense_layer
+
+
+@pytest.mark.parametrize(("model", "field"), [
+    ({"expert_ffn": 256}, "model.expert_ffn"),
+    ({"shared_expert_ffn": 512}, "model.shared_expert_ffn"),
+    ({"experts": 8, "first_dense_layers": 2}, "model.first_dense_layers"),
+])
+def test_moe_keys_refused_where_they_mean_nothing(model: dict[str, int], field: str) -> None:
+    job = {"model": {"name": "custom", "layers": 2, "hidden": 256, "heads": 4, **model},
+           "cluster": {"name": "dgx-a100", "nodes": 1}}
+    with pytest.raises(ConfigError) as err:
+        trainsim.simulate(job)
+    assert err.value.field == field

@@ -79,6 +79,13 @@ def _check_heads(cfg: TransformerConfig, given: dict[str, int | None], features:
     if (cfg.experts and cfg.top_k > cfg.experts) or (not cfg.experts and (features or {}).get("top_k") is not None):
         raise ConfigError("model.top_k", f"routes each token to {cfg.top_k} of {cfg.experts} experts",
                           "set model.experts (a mixture of experts) with top_k at most the experts")
+    for key in ("expert_ffn", "shared_expert_ffn", "first_dense_layers"):
+        if not cfg.experts and (features or {}).get(key):
+            raise ConfigError(f"model.{key}", "only applies to a mixture of experts",
+                              "set model.experts, or drop it")
+    if cfg.experts and cfg.first_dense_layers >= cfg.layers:
+        raise ConfigError("model.first_dense_layers", f"keeps {cfg.first_dense_layers} of {cfg.layers} layers dense, "
+                          "leaving no MoE layer", f"use fewer than {cfg.layers}, or a dense model (no experts)")
     if cfg.heads % cfg.kv:
         field = "model.kv_heads" if "kv_heads" in given or "heads" not in given else "model.heads"
         divisors = [d for d in range(1, cfg.heads + 1) if cfg.heads % d == 0]

@@ -462,7 +462,7 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     # One block's ops, built once: ops are frozen values, so every block's own list holds the same objects
     # (the blocks differ only by name; lowering and costing key ops by value or per layer anyway).
     kinds = [_block_ops(cfg_s, batch, s, attention)]  # a MoE model's first dense layers: a dense kind too
-    dense = min(cfg.first_dense_layers, cfg.layers) if cfg.experts else 0
+    dense = cfg.first_dense_layers if cfg.experts else 0  # fewer than the layers (zoo._check_heads)
     if dense:
         kinds.append(_block_ops(cfg_s, batch, s, attention, moe=False))
     if cfg.kernels == "eager":
