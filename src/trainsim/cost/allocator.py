@@ -118,15 +118,10 @@ class CachingAllocator:
         self._small.append(small)
         return bid
 
-    def _grow(self, small: bool, size: int) -> int:
-        """A free block of at least `size` bytes made by a new segment (or, expandable, by mapping pages at
-        the end of the pool's one segment, merged with a free block already there); its id."""
-        if not self.expandable:
-            seg = segment_size(size)
-            self.reserved_bytes += seg
-            if self.reserved_bytes > self.peak_reserved_bytes:
-                self.peak_reserved_bytes = self.reserved_bytes
-            return self._new_block(seg, small, 0, -1, -1)
+    def _expand(self, small: bool, size: int) -> int:
+        """Expandable segments: a free block of at least `size` bytes made by mapping pages at the end of the
+        pool's one segment, merged with a free block already there; its id. (Without them `run` makes a new
+        segment of `segment_size`.)"""
         page = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
         tail = self._tail[small]
         have = self._size[tail] if tail >= 0 and not self._used[tail] else 0
@@ -146,69 +141,22 @@ class CachingAllocator:
         self._tail[small] = bid
         return bid
 
-    def _alloc_rounded(self, size: int) -> int:
-        """Hand out a block for a request already rounded (`round_size`); its handle."""
-        small = size <= SMALL_SIZE_BYTES
-        lst = self._free[small]
-        i = bisect.bisect_left(lst, size << _KEY_SHIFT)
-        bid = lst.pop(i) & _ID_MASK if i < len(lst) else self._grow(small, size)
-        sizes = self._size
-        have = sizes[bid]
-        rest = have - size
-        if rest >= MIN_BLOCK_BYTES if (small or self.expandable) else rest > SMALL_SIZE_BYTES:
-            nxt = self._next[bid]
-            rid = self._new_block(rest, small, self._offset[bid] + size, bid, nxt)
-            if nxt >= 0:
-                self._prev[nxt] = rid
-            self._next[bid] = rid
-            sizes[bid] = have = size
-            if self._tail[small] == bid:
-                self._tail[small] = rid
-            bisect.insort(lst, rest << _KEY_SHIFT | rid)
-        self._used[bid] = True
-        self.allocated_bytes += have
-        if self.allocated_bytes > self.peak_allocated_bytes:
-            self.peak_allocated_bytes = self.allocated_bytes
-        return bid
-
     def alloc(self, size_bytes: float) -> int:
-        """Hand out a block for a request of `size_bytes`; its handle."""
-        return self._alloc_rounded(round_size(int(-(-size_bytes // 1))))
+        """Hand out a block for a request of `size_bytes`; its handle (a one-op `run`)."""
+        handles: list[int] = []
+        self.run((round_size(int(-(-size_bytes // 1))),), handles)
+        return handles[0]
 
     def free(self, handle: int) -> None:
-        """Return a block to the cache, merged with its free neighbours in the same segment."""
-        sizes, prev, nxt, used = self._size, self._prev, self._next, self._used
-        small = self._small[handle]
-        lst = self._free[small]
-        tail = self._tail
-        self.allocated_bytes -= sizes[handle]
-        used[handle] = False
-        p = prev[handle]
-        if p >= 0 and not used[p]:
-            del lst[bisect.bisect_left(lst, sizes[p] << _KEY_SHIFT | p)]
-            sizes[p] += sizes[handle]
-            n = nxt[p] = nxt[handle]
-            if n >= 0:
-                prev[n] = p
-            if tail[small] == handle:
-                tail[small] = p
-            handle = p
-        n = nxt[handle]
-        if n >= 0 and not used[n]:
-            del lst[bisect.bisect_left(lst, sizes[n] << _KEY_SHIFT | n)]
-            sizes[handle] += sizes[n]
-            nn = nxt[handle] = nxt[n]
-            if nn >= 0:
-                prev[nn] = handle
-            if tail[small] == n:
-                tail[small] = handle
-        bisect.insort(lst, sizes[handle] << _KEY_SHIFT | handle)
+        """Return a block to the cache, merged with its free neighbours in the same segment (a one-op `run`)."""
+        self.run((~0,), [handle])
 
     def run(self, ops: tuple[int, ...] | list[int], handles: list[int]) -> None:
         """Replay a compiled unit: op >= 0 allocates that many (rounded) bytes and appends the handle to
-        `handles`; op < 0 frees handles[~op]. `_alloc_rounded` and `free` inlined (the replay's hot loop)."""
+        `handles`; op < 0 frees handles[~op] (best-fit and splitting, merging with free neighbours; the replay's
+        hot loop, also what `alloc` and `free` run)."""
         sizes, offset, prev, nxt, used, smalls = self._size, self._offset, self._prev, self._next, self._used, self._small
-        free_lists, tails, expandable, grow = self._free, self._tail, self.expandable, self._grow
+        free_lists, tails, expandable, expand = self._free, self._tail, self.expandable, self._expand
         bisect_left, insort, append = bisect.bisect_left, bisect.insort, handles.append
         allocated, peak = self.allocated_bytes, self.peak_allocated_bytes
         for op in ops:
@@ -219,10 +167,9 @@ class CachingAllocator:
                 if i < len(lst):
                     bid = lst.pop(i) & _ID_MASK
                 elif expandable:
-                    bid = grow(small, op)
-                else:  # a new segment (`_grow`, inlined: warm-up forwards make thousands)
-                    seg = (SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES if op < MIN_LARGE_ALLOC_BYTES
-                           else -(-op // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES)
+                    bid = expand(small, op)
+                else:  # a new segment (made here: warm-up forwards make thousands)
+                    seg = segment_size(op)
                     self.reserved_bytes += seg
                     if self.reserved_bytes > self.peak_reserved_bytes:
                         self.peak_reserved_bytes = self.reserved_bytes

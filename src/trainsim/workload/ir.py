@@ -127,11 +127,6 @@ class Op:
             object.__setattr__(self, "_params", p)  # not a field: equality, repr and replace() ignore it
         return p
 
-    @property
-    def trainable_params(self) -> int:
-        """The parameters that get gradients: the adapters only when the op is frozen."""
-        return self.adapter_params if self.frozen else self.params
-
     def key(self) -> tuple:
         """A hashable value of every field (dims as its ordered items): ops with equal keys cost and lower
         alike, so caches of one lowering or costing share their work (compile.program, cost.annotate).
