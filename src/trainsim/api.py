@@ -305,7 +305,11 @@ def simulate(job: JobConfig | dict[str, Any] | None = None, *, model: str | dict
         cl = _cluster(job)
     else:
         cl, spec, tree = job_tree(job)
-    return _run_tree(tree, cl, job.simulation, spec, wall0, progress, job.cluster.remote_memory, timeline=timeline)
+    try:
+        return _run_tree(tree, cl, job.simulation, spec, wall0, progress, job.cluster.remote_memory,
+                         timeline=timeline)
+    finally:
+        tree.release()  # the tree is this call's own: freed at once, not by a pass of the cyclic collector
 
 
 def resolved_job(job: JobConfig, result: SimulationResult) -> JobConfig:
