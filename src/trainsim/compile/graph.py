@@ -978,9 +978,20 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         shared[k] = t
         return t
 
+    # fitted demands by (id of the booked demand, duration): a stage's repeated layers sync their gradients and
+    # gather their parameters with the same booked demand (the memo keeps it alive, so its id is not reused;
+    # the fitted demand is only read)
+    fitted: dict[tuple[int, float], tuple[Demand | None, Demand | None]] = {}
+
     def step_flow(ch: ChunkProgram, s: Step) -> Demand | None:
         dem = step_demand_of(ch)
-        return fit_demand(dem(s), s.duration_s) if dem is not None else None
+        if dem is None:
+            return None
+        demand = dem(s)
+        got = fitted.get((id(demand), s.duration_s))
+        if got is None:
+            got = fitted[(id(demand), s.duration_s)] = (demand, fit_demand(demand, s.duration_s))
+        return got[1]
 
     def grad_sync(ch: ChunkProgram, cid: int, rank: int, dep: int, bucket: str | None) -> None:
         for s in reversed(ch.grad_sync):

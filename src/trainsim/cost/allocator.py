@@ -333,8 +333,12 @@ def _compile(steps: list[tuple[float, float, str]], stack: list[tuple[int, int]]
             stack.append((slot, int(alloc_bytes)))
         debt = float(free_bytes)
         while debt > 0 and stack:
-            idx = next((i for i in range(len(stack) - 1, -1, -1)
-                        if abs(stack[i][1] - debt) <= 1e-3 * debt + 1), len(stack) - 1)
+            idx = len(stack) - 1  # the most recent block of the freed size, else the last
+            close = 1e-3 * debt + 1
+            while idx >= 0 and abs(stack[idx][1] - debt) > close:
+                idx -= 1
+            if idx < 0:
+                idx = len(stack) - 1
             slot, size = stack[idx]
             if size > 2 * debt:
                 break
