@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -119,6 +120,12 @@ def test_copied_leaves_equal_derived_leaves_and_share_nothing(job: tuple[Model, 
     for node in leaves:
         for obj in _containers(node.leaf):
             assert seen.setdefault(id(obj), node.name) == node.name, f"{node.name} shares a config with another"
+    # LeafConfig.copy sets the fields directly: every field, equal values, nothing shared with the original
+    for node in leaves[:3]:
+        copied = node.leaf.copy()
+        assert set(vars(copied)) == {f.name for f in fields(LeafConfig)}
+        assert copied == node.leaf
+        assert not {id(o) for o in _containers(copied)} & {id(o) for o in _containers(node.leaf)}
 
 
 def _tree_value(tree: StrategyTree) -> list[tuple]:

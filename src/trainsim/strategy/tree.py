@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigError
 from ..workload.ir import CONTRACTION_KINDS, Layer, Model, Module, Op, OpKind
@@ -48,6 +48,8 @@ class ScheduleConfig:
     # micro-batches in flight per rank: 1f1b: a cap below pp - rank; dynamic: the cap (None: all)
     max_ongoing_micro_batch: int | None = None
 
+
+T = TypeVar("T")
 
 @dataclass
 class WeightConfig:
@@ -88,15 +90,26 @@ class LeafConfig:
     def copy(self) -> LeafConfig:
         """An independent copy: every dict, set and config object fresh (primitives edit them in place),
         the axis tuples shared (immutable). Cheaper than deriving an identical layer's configs again."""
-        return LeafConfig(
-            ops={o: dict(s) for o, s in self.ops.items()},
-            weights={o: WeightConfig(dict(w.weight), dict(w.grad), dict(w.optimizer)) for o, w in self.weights.items()},
-            extras={o: StateConfig(c.weight, c.grad, c.optimizer) for o, c in self.extras.items()},
-            saved={k: dict(s) for k, s in self.saved.items()},
-            explicit={o: set(d) for o, d in self.explicit.items()},
-            memory={k: dict(s) for k, s in self.memory.items()},
-            propagated={o: set(d) for o, d in self.propagated.items()},
-            derived=set(self.derived))
+        new = object.__new__(LeafConfig)  # the fields set directly: a preset copies a leaf per layer
+        new.__dict__.update(
+            ops={o: s.copy() for o, s in self.ops.items()},
+            weights={o: _fresh(w, weight=w.weight.copy(), grad=w.grad.copy(), optimizer=w.optimizer.copy())
+                     for o, w in self.weights.items()},
+            extras={o: _fresh(c, **c.__dict__) for o, c in self.extras.items()},
+            saved={k: s.copy() for k, s in self.saved.items()},
+            explicit={o: d.copy() for o, d in self.explicit.items()},
+            memory={k: s.copy() for k, s in self.memory.items()},
+            propagated={o: d.copy() for o, d in self.propagated.items()},
+            derived=self.derived.copy())
+        return new
+
+
+def _fresh(like: T, **fields: object) -> T:
+    """A new instance of plain dataclass `like`'s class with exactly `fields` (all of them) set, without the
+    constructor's keyword handling (LeafConfig.copy makes a few per op of every layer)."""
+    new = object.__new__(type(like))
+    new.__dict__.update(fields)
+    return new
 
 
 def _axes_product(mesh: DeviceMesh, axes: Iterable[str]) -> int:
