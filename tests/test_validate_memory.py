@@ -187,6 +187,51 @@ def test_with_memory_compares_the_named_stage() -> None:
     assert out.tags["memory"].startswith("not compared: mem_scope = 'rank 7'")
 
 
+def test_a_reserved_peak_stated_beside_the_allocated_one_is_compared_with_the_same_stage() -> None:
+    peaks, reserved = [3 * GIB, 5 * GIB, 2 * GIB], [3.5 * GIB, 5.25 * GIB, 2.5 * GIB]
+    note = "log_memory on rank 0: max_memory_allocated; peak reserved = 4.2 GiB; 20 steps"
+    for scope, gib in (("rank0", 3.5), ("last global rank", 2.5), ("", 5.25)):  # unstated: the fullest stage's
+        row = training_row(peak_mem_gib="4", mem_kind="allocated", mem_scope=scope, notes=note)
+        out = tr.with_memory(_memory_outcome(), row, peaks, False, reserved)
+        assert out.reserved_measured_gib == 4.2 and out.reserved_predicted_gib == gib
+        assert out.reserved_error_pct == pytest.approx((gib - 4.2) / 4.2 * 100.0)
+        assert out.memory_error_pct == pytest.approx((peaks[{"rank0": 0, "last global rank": 2, "": 1}[scope]]
+                                                      / GIB - 4.0) / 4.0 * 100.0)  # its own figure unchanged
+    plain = tr.with_memory(_memory_outcome(), training_row(peak_mem_gib="4", mem_kind="allocated"), peaks, False,
+                           reserved)
+    assert plain.reserved_measured_gib is None and plain.reserved_error_pct is None
+    resv = tr.with_memory(_memory_outcome(), training_row(peak_mem_gib="4", mem_kind="reserved", mem_scope="rank0"),
+                          peaks, False, reserved)  # a reserved row: its own figure is the reserved comparison
+    assert resv.reserved_measured_gib is None and resv.reserved_error_pct == pytest.approx((3.5 - 4) / 4 * 100)
+
+
+def test_reserved_summary_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [training_row(case_id="both", peak_mem_gib="2.0", mem_kind="allocated", notes="peak reserved = 2.5 GiB"),
+            training_row(case_id="resv", peak_mem_gib="3.0", mem_kind="reserved", micro_batch="1", global_batch="8"),
+            training_row(case_id="alloc", peak_mem_gib="2.0", mem_kind="allocated")]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=[*COLUMNS, "notes"], restval="")
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "v.json"
+    main(["validate", str(path), "--json", str(out), "--jobs", "1"])
+    assert "reserved peaks (incl. those stated beside allocated): n=2" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    by_case = {r["case_id"]: r for r in data["rows"]}
+    rj = tr.row_job(rows[0])
+    assert not isinstance(rj, str), rj
+    want = max(m.reserved_bytes for m in simulate(rj.job).memory) / GIB
+    assert by_case["both"]["reserved_predicted_gib"] == pytest.approx(want, rel=1e-12)
+    assert by_case["both"]["memory_error"] != by_case["both"]["reserved_error"]
+    assert "reserved_error" not in by_case["alloc"] and "reserved_error" not in by_case["resv"]
+    errors = [abs(by_case["both"]["reserved_error"]), abs(by_case["resv"]["memory_error"])]
+    summary = data["summary"]["memory_reserved"]
+    assert summary["n"] == 2 and summary["mape"] == pytest.approx(sum(errors) / 2)
+    assert summary["max_ape"] == pytest.approx(max(errors))
+    assert data["summary"]["memory"]["n"] == 3  # the overall figure counts each row's own figure once
+
+
 def test_pipeline_row_compares_its_last_stage() -> None:
     row = training_row(pp="2", dp="4", peak_mem_gib="2", mem_kind="allocated", mem_scope="last global rank")
     rj = tr.row_job(row)

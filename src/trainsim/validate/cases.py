@@ -20,7 +20,8 @@ class Outcome:
 
     `memory_*_gib` are the row's measured peak memory and trainsim's predicted peak of the pipeline stage the
     row measured (its mem_scope; the fullest stage where that is a maximum or unstated), in GiB (None where the row states no memory); `mem_kind` is what the measurement counts (allocated, reserved
-    or unstated); `oom_predicted` is trainsim's out-of-memory verdict (None when the row was not simulated).
+    or unstated); `reserved_*_gib` a reserved peak the row states beside an allocated one and trainsim's (the
+    caching allocator's) for the same stage; `oom_predicted` is trainsim's out-of-memory verdict (None when the row was not simulated).
     A row with a measured memory but no time metric has metric MEMORY_METRIC and no time prediction.
     """
 
@@ -38,6 +39,19 @@ class Outcome:
     memory_predicted_gib: float | None = None
     mem_kind: str | None = None
     oom_predicted: bool | None = None
+    # a reserved peak the row states beside its allocated one (nanotron logs both), and trainsim's for that stage
+    reserved_measured_gib: float | None = None
+    reserved_predicted_gib: float | None = None
+
+    @property
+    def reserved_error_pct(self) -> float | None:
+        """Signed error (%) of the predicted reserved peak: the row's own figure where its kind is reserved, else
+        the reserved peak it states beside an allocated one; None without either."""
+        if self.mem_kind == "reserved":
+            return self.memory_error_pct
+        if self.reserved_predicted_gib is None or not self.reserved_measured_gib:
+            return None
+        return (self.reserved_predicted_gib - self.reserved_measured_gib) / self.reserved_measured_gib * 100.0
 
     @property
     def memory_error_pct(self) -> float | None:

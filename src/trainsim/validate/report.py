@@ -87,8 +87,11 @@ def memory_lines(report: ValidationReport) -> list[str]:
     if not m["n"]:
         return []
     by_kind = report.memory_by_kind()
+    reserved = report.reserved_summary()
     return [memory_line("[bold]memory[/] (predicted peak of the measured rank's stage vs measured):", m),
-            *(memory_line(f"  {kind}:", k) for kind, k in by_kind.items())]
+            *(memory_line(f"  {kind}:", k) for kind, k in by_kind.items()),
+            *([memory_line("  reserved peaks (incl. those stated beside allocated):", reserved)]
+              if reserved["n"] else [])]
 
 
 def print_gap_terms(report: ValidationReport, console: Console | None = None) -> None:

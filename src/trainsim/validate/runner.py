@@ -72,11 +72,18 @@ class ValidationReport:
             by[o.mem_kind or ""].append(o)
         return {k: _memory_stats(v) for k, v in sorted(by.items())}
 
+    def reserved_summary(self) -> dict[str, Any]:
+        """memory_stats of the reserved peaks: the rows whose figure is reserved, and those that state a reserved
+        peak beside their allocated one (each row once; the overall memory summary counts its own figure)."""
+        rows = [o for o in self.outcomes if o.skipped is None and o.reserved_error_pct is not None]
+        return memory_stats([o.reserved_error_pct or 0.0 for o in rows], [bool(o.oom_predicted) for o in rows])
+
     def summary(self) -> dict[str, Any]:
         errs = [o.error_pct for o in self.compared if o.error_pct is not None]
         s = error_summary(errs)
         rho, tau = _weighted_rank_quality(self.groups)
-        memory = {"memory": self.memory_summary(), "memory_by_kind": self.memory_by_kind()} \
+        memory = {"memory": self.memory_summary(), "memory_by_kind": self.memory_by_kind(),
+                  "memory_reserved": self.reserved_summary()} \
             if self.kind == "training_runs" else {}
         return {"n": len(errs), "skipped": len(self.skipped), "mape": s["mape"], "median_ape": s["median_ape"],
                 "max_ape": s["max_ape"], "mean_signed_error": s["mean_signed"], "spearman": rho, "kendall": tau,
@@ -116,7 +123,9 @@ def _memory_row(o: Outcome) -> dict[str, Any]:
     if o.memory_error_pct is None:
         return {}
     return {"memory_measured_gib": o.memory_measured_gib, "memory_predicted_gib": o.memory_predicted_gib,
-            "memory_error": o.memory_error_pct, "mem_kind": o.mem_kind, "oom_predicted": o.oom_predicted}
+            "memory_error": o.memory_error_pct, "mem_kind": o.mem_kind, "oom_predicted": o.oom_predicted,
+            **({"reserved_measured_gib": o.reserved_measured_gib, "reserved_predicted_gib": o.reserved_predicted_gib,
+                "reserved_error": o.reserved_error_pct} if o.reserved_measured_gib is not None else {})}
 
 
 def _weighted_rank_quality(groups: dict[str, dict[str, float]]) -> tuple[float, float]:

@@ -1055,6 +1055,8 @@ torch.ones((1, 1)).to("cuda"): 1343 MB (MiB). Only for mem_kind used; it varies 
 and the kernels loaded."""
 _NVML_USED = re.compile(r"nvidia-smi|pynvml|device used memory", re.I)
 UNSTATED_MEM_KIND = "unstated"
+_STATED_RESERVED = re.compile(r"\bpeak reserved\s*=\s*(\d+(?:\.\d+)?)\s*GiB\b", re.I)
+"""A reserved peak a row's notes state beside its allocated peak_mem_gib (nanotron's log_memory prints both)."""
 GIB = 2.0 ** 30
 
 
@@ -1122,6 +1124,11 @@ def with_memory(out: Outcome, row: dict[str, str], peak_bytes: list[float], oom:
         out.tags["memory"] = f"not compared: {stage}"
         return out
     out.memory_measured_gib, out.mem_kind = mem
+    stated = _STATED_RESERVED.search(_cell(row, "notes")) if mem[1] == "allocated" and reserved_bytes else None
+    if stated is not None and reserved_bytes:  # the same stage's reserved peak beside the allocated one
+        out.reserved_measured_gib = float(stated.group(1))
+        fullest = max(range(len(peak_bytes)), key=peak_bytes.__getitem__)
+        out.reserved_predicted_gib = reserved_bytes[fullest if stage is None else stage] / GIB
     if stage is None:
         out.memory_predicted_gib = max(peak_bytes) / GIB
         if len(peak_bytes) > 1:
