@@ -478,9 +478,10 @@ def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_stre
     steps, flows, referenced = prepared.steps, prepared.flows, prepared.referenced
     naming = _Naming(prepared.origins)
     out: list[_Spec] = []
-    remap: dict[int, int] = {}
+    remap = [0] * len(steps)  # step -> its spec
     fused: set[int] = set()
     op_level, by_layer = granularity == "op", granularity != "auto"
+    compute = Stream.COMPUTE
     prev: _Spec | None = None
     # the spec being built (prev) while it absorbs a chain: its running values, written back when it ends
     # (plain locals: a chain is most of a chunk at auto granularity)
@@ -504,27 +505,32 @@ def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_stre
                 and stream in merge_streams and (i - 1) not in referenced
                 and not (keep_anchors and bucket) and kind != "p2p"
                 and (not by_layer or steps[i - 1].layer == s.layer)):
-            dur = s.duration_s
-            parts = parts or {prev.category: duration}
+            dur, alloc, step_host, step_bucket = s.duration_s, s.alloc_bytes, s.host_s, s.grad_bucket
+            if parts is None:
+                parts = {prev.category: duration}
             if s.parts:
                 for cat, sec in s.parts.items():
                     parts[cat] = parts.get(cat, 0.0) + sec
             else:
-                parts[s.category] = parts.get(s.category, 0.0) + dur
-            mem_peak = max(mem_peak, mem_net + s.alloc_bytes)
-            mem_net += s.alloc_bytes - s.free_bytes
-            host_path = max(host_path + dur, host + max(dur, s.host_s))
+                cat = s.category
+                parts[cat] = parts.get(cat, 0.0) + dur
+            if mem_net + alloc > mem_peak:
+                mem_peak = mem_net + alloc
+            mem_net += alloc - s.free_bytes
+            # host_path = max(host_path + dur, host + max(dur, step_host)), without the calls
+            paced = host + (dur if dur > step_host else step_host)
+            host_path = host_path + dur if host_path + dur >= paced else paced
             duration += dur
-            host += s.host_s
-            bucket = s.grad_bucket or (None if keep_anchors else bucket)
-            kind, stream, last = "compute", Stream.COMPUTE, i
+            host += step_host
+            bucket = step_bucket or (None if keep_anchors else bucket)
+            kind, stream, last = "compute", compute, i
             demand = flows[i]
             if demand is not None and demand[1]:  # the spec's own dict: summed into in place
                 flow = flow if flow is not None else {}
                 for link, w in demand[1].items():
                     flow[link] = flow.get(link, 0.0) + w
             remap[i] = len(out) - 1
-            if s.grad_bucket:
+            if step_bucket:
                 anchor = i
             elif keep_anchors:
                 anchor = -1
