@@ -81,6 +81,8 @@ def test_nvls_only_on_nvswitch_gen3_nodes() -> None:
     group = tuple(range(8))
     assert nccl("dgx-h100").choose("all_reduce", 1e9, group).algorithm == "nvls"
     assert nccl("dgx-b200").choose("all_reduce", 1e9, group).algorithm == "nvls"
+    for name in ("dgx-h800", "dgx-b300", "gb200-nvl72", "gb300-nvl72"):  # NVSwitch gen3+ too (NVL72: its rack)
+        assert nccl(name).choose("all_reduce", 1e9, group).algorithm == "nvls", name
     a100 = nccl("dgx-a100")
     assert {a100.choose("all_reduce", 2.0**k, group).algorithm for k in range(3, 34)} <= {"ring"}
     multi = nccl("dgx-h100", 2).choose("all_reduce", 1e9, tuple(range(16)))

@@ -34,6 +34,11 @@ from trainsim.hardware import (
         ("h200-sxm", "bf16", 989.4),
         ("b200", "bf16", 2250.0),
         ("b200", "fp8", 4500.0),
+        ("b300", "fp8", 72_000 / 8 / 2),  # HGX B300: 72 PF FP8 with sparsity per 8 GPUs
+        ("b300", "bf16", 36_000 / 8 / 2),
+        ("gb300", "fp8", 720_000 / 72 / 2),  # GB300 NVL72: 720 PF FP8 with sparsity per 72 GPUs
+        ("gb300", "bf16", 360_000 / 72 / 2),
+        ("h800-sxm", "bf16", 989.4),
         ("v100-sxm2-32gb", "fp16", 125.0),
         ("a40", "fp16", 149.7),
         ("rtx-a5500", "fp16", 136.4),
@@ -53,6 +58,8 @@ def test_peak_flops_matches_datasheet(name: str, dtype: str, tflops: float) -> N
         ("h100-sxm", 80, 3350.0, 132),
         ("h200-sxm", 141, 4800.0, 132),
         ("b200", 180, 8000.0, 148),
+        ("b300", 288, 8000.0, 160),  # 2.3 TB and 64 TB/s per 8 GPUs
+        ("gb300", 278, 8000.0, 160),  # 20 TB and 576 TB/s per 72 GPUs
         ("v100-sxm2-16gb", 16, 900.0, 80),
         ("gtx-1080-ti", 11, 484.0, 28),
         ("titan-xp", 12, 547.7, 30),
@@ -152,6 +159,10 @@ def test_device_validation() -> None:
         ("dgx-h100", "h100-sxm", 8),
         ("hgx-h200", "h200-sxm", 8),
         ("dgx-b200", "b200", 8),
+        ("dgx-h800", "h800-sxm", 8),
+        ("dgx-b300", "b300", 8),
+        ("gb200-nvl72", "gb200", 72),
+        ("gb300-nvl72", "gb300", 72),
         ("dgx1-v100", "v100-sxm2-32gb", 8),
         ("pcie-titanxp", "titan-xp", 8),
         ("pcie-1080ti-10gbe", "gtx-1080-ti", 1),
@@ -191,6 +202,14 @@ def test_interconnect_numbers() -> None:
     h100 = get_cluster("dgx-h100")
     assert (h100.intra_node_bandwidth_gbps, h100.inter_node_bandwidth_gbps) == (450.0, 50.0)
     assert get_cluster("dgx-b200").intra_node_bandwidth_gbps == 900.0
+    # H800: the H100's compute behind 8 NVLinks (400 GB/s bidirectional); Blackwell Ultra: 800 Gb/s NICs
+    h800 = get_cluster("dgx-h800", 2)
+    assert (h800.intra_node_bandwidth_gbps, h800.inter_node_bandwidth_gbps) == (200.0, 50.0)
+    assert h800.device.peak_tflops == DEVICES["h100-sxm"].peak_tflops
+    for name in ("dgx-b300", "gb300-nvl72"):
+        c = get_cluster(name, 2)
+        assert (c.intra_node_bandwidth_gbps, c.nic_gbps) == (900.0, 100.0)
+    assert get_cluster("gb300-nvl72", 2).world_size == 144  # a 'node' is the 72-GPU NVLink domain
     v100 = get_cluster("dgx1-v100")
     assert (v100.nics_per_node, v100.nic_gbps) == (1, 12.5)
     assert v100.inter_node_bandwidth_gbps == pytest.approx(12.5 / 8)

@@ -67,6 +67,12 @@ COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "a
                                 "reduce", "send_recv")
 PROTOCOLS: tuple[str, ...] = ("ll", "ll128", "simple")
 ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls", "nvls_tree", "p2p")
+_HOPPER = ("h100", "h200", "h800")
+_BLACKWELL = ("b200", "gb200", "b300", "gb300")
+_NVLS_FAMILIES = _HOPPER + _BLACKWELL
+"""Device families (calibration.device_family) on NVSwitch gen3 and later, which NVLink SHARP (NVLS) runs on;
+NCCL's llMaxBws tables are per compute capability: Hopper (9.0) and Blackwell (10.x)."""
+
 ALGORITHM_ALIASES = MappingProxyType({"nvlstree": "nvls_tree", "nvls-tree": "nvls_tree"})
 """NCCL_ALGO spellings -> `ALGORITHMS` names (NCCL writes NVLSTree)."""
 
@@ -153,7 +159,7 @@ class NvlsParams(_Strict):
     calbusbw.h H100_NVLS_BW) is 271 GB/s algbw on 8 GPUs, 0.6 of NVLink4's 450 GB/s per direction.
     """
 
-    device_families: tuple[str, ...] = ("h100", "h200", "b200")
+    device_families: tuple[str, ...] = _NVLS_FAMILIES
     hop_us: float = Field(25.0, ge=0, description="NCCL hwLat[NVLINK][NVLS][Simple] (2.23; 23 before)")
     efficiency: float = Field(0.6, gt=0, le=1.5, description="all-reduce algbw / NVLink per-GPU bandwidth")
     window_bytes: float = Field(0.0, ge=0, description="bytes per GPU in flight before NVLS streams")
@@ -212,7 +218,7 @@ def _nccl_links() -> dict[str, LinkParams]:
 def _nccl_before_2_23() -> LegacyTables:
     """NCCL 2.18-2.22 tuning.cc where it differs from 2.23+."""
     return LegacyTables(
-        ll_bw_factor=0.25, ll_max_busbw_single_node_gbps={"h100": 87.7, "h200": 87.7, "b200": 87.7},
+        ll_bw_factor=0.25, ll_max_busbw_single_node_gbps={**dict.fromkeys(_NVLS_FAMILIES, 87.7)},
         simple_base_tree_us=0.0, nvls_hop_us=23.0,
         tree_simple_hop_us={k: 28.0 for k in ("nvlink", "pcie", "infiniband", "ethernet", "efa", "tcpxo")},
         source="NCCL 2.19 tuning.cc: ring LL busBw/4, llMaxBws Hopper N1 87.7, baseLat[Tree][Simple] 0, "
@@ -237,8 +243,9 @@ class CommParams(_Strict):
     links: dict[str, LinkParams] = Field(default_factory=_nccl_links)
     ll: ProtocolParams = ProtocolParams(base_ring_us=6.6, base_tree_us=6.8, bw_factor=0.5,
                                         tree_bw_factor=1 / 3.8,
-                                        max_busbw_single_node_gbps={"v100": 39.0, "a100": 87.7, "h100": 141.0,
-                                                                    "h200": 141.0, "b200": 282.0,
+                                        max_busbw_single_node_gbps={"v100": 39.0, "a100": 87.7,
+                                                                    **dict.fromkeys(_HOPPER, 141.0),
+                                                                    **dict.fromkeys(_BLACKWELL, 282.0),
                                                                     "default": 87.7},
                                         max_busbw_multi_node_gbps=39.0, max_busbw_many_nodes_gbps=20.4,
                                         source="NCCL 2.23 tuning.cc baseLat, ring LL busBw/2, tree LL "

@@ -37,7 +37,7 @@ CUBLAS_WORKSPACE_BYTES_HOPPER = 4096 * 8 * 1024
 """The same on compute capability 9.0 and newer (':4096:8' = 32 MiB)."""
 CUBLASLT_WORKSPACE_BYTES = 1 * MIB
 """PyTorch's cuBLASLt workspace (CUBLASLT_WORKSPACE_SIZE, default 1024 KiB), also from the allocator."""
-_HOPPER_OR_NEWER = ("h100", "h200", "h800", "gh200", "b200", "gb200")
+_HOPPER_OR_NEWER = ("h100", "h200", "h800", "gh200", "b200", "gb200", "b300", "gb300")
 """Catalogue names of parts with compute capability 9.0 or newer (hardware.devices)."""
 
 

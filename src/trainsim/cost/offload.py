@@ -1,7 +1,8 @@
 """The memory system that prices offload loads/stores (strategy.offload) on a given cluster.
 
 Defaults, per GPU, with every GPU of a node transferring at once:
-- PCIe: H100/H200/B200 on Gen5 x16: 52.7 GB/s, the pinned host->device copy rate (256 MiB) measured on an H100
+- PCIe: H100/H200/H800/B200/B300 on Gen5 x16 (B300's Gen6 taken at Gen5's rate; the Grace-Blackwell parts, GB200
+  and GB300, reach their host over NVLink-C2C, not modelled: priced as Gen5, a lower bound): 52.7 GB/s, the pinned host->device copy rate (256 MiB) measured on an H100
   SXM (trainsim/data/transfers/h100_memcpy.csv; 52.5-54.7 GB/s from 64 MiB up); A100 (Gen4): half (assumption);
   older parts (Gen3): 12 GB/s, the single-GPU DGX-2 figure reported by the ZeRO-Infinity authors
   (github.com/deepspeedai/DeepSpeed/issues/1137).
@@ -42,7 +43,7 @@ CHUNK_BYTES = 64 * 1024
 def pcie_gbps(cluster: Cluster) -> float:
     """Host<->device bandwidth per GPU of the cluster's device generation (see module docstring)."""
     name = cluster.device.name.lower()
-    if name.startswith(("h100", "h200", "b200", "gh200")):
+    if name.startswith(("h100", "h200", "h800", "b200", "gh200", "gb200", "b300", "gb300")):
         return PCIE_GEN5_GBPS
     if name.startswith("a100"):
         return PCIE_GEN4_GBPS

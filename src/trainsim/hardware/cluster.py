@@ -277,6 +277,58 @@ def dgx_b200(nodes: int = 1) -> Cluster:
     )
 
 
+def dgx_h800(nodes: int = 1) -> Cluster:
+    """DGX/HGX H800: 8x H800-SXM on NVSwitch with NVLink cut to 8 links (200 GB/s per direction), 8x 400 Gb/s."""
+    return _hgx8(
+        "dgx-h800",
+        "h800-sxm",
+        nodes,
+        nvlink_gbps=200.0,
+        nvlink_gen="NVLink4 cut to 8 links (8 x 25 GB/s = 200 GB/s per GPU per direction)",
+        nic_gbps=50.0,
+        description="8x H800 SXM5 80GB per node.",
+        source="H800: 400 GB/s bidirectional NVLink per GPU against the H100's 900 (public H800 vs H100 "
+        "comparisons); one 400 Gb/s InfiniBand NIC per GPU as in DeepSeek-V3's H800 cluster (DeepSeek-V3 "
+        "technical report, arXiv:2412.19437, sec. 3.1: 8 GPUs per node on NVLink/NVSwitch, InfiniBand across).",
+    )
+
+
+def dgx_b300(nodes: int = 1) -> Cluster:
+    """DGX B300: 8x B300 (Blackwell Ultra) on NVLink5/NVSwitch, 8x 800 Gb/s ConnectX-8."""
+    return _hgx8(
+        "dgx-b300",
+        "b300",
+        nodes,
+        nvlink_gbps=900.0,
+        nvlink_gen="NVLink5 (18 links x 50 GB/s = 900 GB/s per GPU per direction)",
+        nic_gbps=100.0,
+        description="8x B300 (288 GB) per node.",
+        source="NVIDIA HGX/DGX B300 specification: NVLink5 Switch, 1.8 TB/s GPU-to-GPU bidirectional per GPU, "
+        "14.4 TB/s per node; networking 1.6 TB/s per node (8x ConnectX-8 SuperNIC, 800 Gb/s per GPU).",
+    )
+
+
+def gb300_nvl72(nodes: int = 1) -> Cluster:
+    """GB300 NVL72: 72 Blackwell Ultra GPUs in one NVLink5 switch domain (a 'node' here is the rack, as for
+    gb200-nvl72), one 800 Gb/s ConnectX-8 per GPU to the next rack."""
+    return Cluster(
+        name="gb300-nvl72",
+        device=get_device("gb300"),
+        gpus_per_node=72,
+        nodes=nodes,
+        levels=(
+            Level("nvswitch", "switch", 72, 900.0, NVLINK_LATENCY_S),
+            Level("infiniband", "switch", nodes, _per_gpu_nic_gbps(72, 100.0, 72), IB_LATENCY_S),
+        ),
+        nics_per_node=72,
+        nic_gbps=100.0,
+        description="72x GB300 GPUs per NVLink domain (NVLink5, 18 links x 50 GB/s = 900 GB/s per GPU per "
+        "direction, 130 TB/s aggregate); InfiniBand across racks modelled as one switch.",
+        source="NVIDIA GB300 NVL72 datasheet: 72 Blackwell Ultra GPUs, 130 TB/s NVLink bandwidth (1.8 TB/s "
+        "bidirectional per GPU), 72 ConnectX-8 SuperNICs (800 Gb/s per GPU).",
+    )
+
+
 def gb200_nvl72(nodes: int = 1) -> Cluster:
     """GB200 NVL72: 72 Blackwell GPUs (36 GB200 superchips in 18 compute trays of 4) in one NVLink5 switch
     domain, one 400 Gb/s ConnectX-7 per GPU to the next rack. A 'node' here is the NVLink domain (the rack),
@@ -377,6 +429,9 @@ CLUSTERS: dict[str, Callable[[int], Cluster]] = {
     "hgx-h200": hgx_h200,
     "dgx-b200": dgx_b200,
     "gb200-nvl72": gb200_nvl72,
+    "dgx-h800": dgx_h800,
+    "dgx-b300": dgx_b300,
+    "gb300-nvl72": gb300_nvl72,
     "dgx1-v100": dgx1_v100,
     "pcie-titanxp": pcie_titanxp,
     "pcie-1080ti-10gbe": pcie_1080ti_10gbe,

@@ -215,6 +215,41 @@ DEVICES: dict[str, Device] = {
             "(not in the datasheet).",
         ),
         _device(
+            "h800-sxm",
+            _HOPPER_TFLOPS,
+            80,
+            3350.0,
+            132,
+            "H800 SXM5: the H100 SXM's silicon, compute and memory for the export market with its NVLink cut to "
+            "400 GB/s bidirectional (8 links) and FP64 restricted (public H800 vs H100 comparisons, e.g. "
+            f"philisun.com's H800 analysis): compute as H100 SXM ({_HOPPER_COMPUTE_SOURCE}); 80 GB HBM3 at "
+            "3.35 TB/s. The NVLink cut is the cluster's (dgx-h800).",
+        ),
+        _device(
+            "b300",
+            {"fp32": 75.0, "tf32": 1125.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
+            288,
+            8000.0,
+            160,
+            "NVIDIA HGX/DGX B300 (Blackwell Ultra) specification table, per 8-GPU node with sparsity: FP8/FP6 72 "
+            "PF, FP16/BF16 36 PF, TF32 18 PF, FP32 600 TF, up to 2.3 TB HBM3e at 64 TB/s -> per GPU dense FP8 "
+            "4500, BF16/FP16 2250, TF32 1125, FP32 75 TFLOPS, 288 GB and 8 TB/s. Dense MXFP8 runs at the FP8 "
+            "rate (Blackwell's tensor cores scale 1x32 blocks in hardware). 160 SMs: Blackwell Ultra's 20,480 "
+            "CUDA cores / 128 per SM (not in the datasheet).",
+        ),
+        _device(
+            "gb300",
+            {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0},
+            278,
+            8000.0,
+            160,
+            "NVIDIA GB300 NVL72 datasheet (rack of 72 Blackwell Ultra GPUs; tensor figures with sparsity): "
+            "FP8/FP6 720 PF (360 PF dense 'for training'), FP16/BF16 360 PF, TF32 180 PF, up to 20 TB HBM3e at "
+            "576 TB/s -> per GPU dense FP8 5000, BF16/FP16 2500, TF32 1250 TFLOPS, 278 GB and 8 TB/s; FP32 80 "
+            "TFLOPS as the GB200. The GB300 runs its B300 GPUs at 1.4 kW, hence more than the HGX B300's rates. "
+            "MXFP8 and SMs as b300.",
+        ),
+        _device(
             "a40",
             {"fp32": 37.4, "tf32": 74.8, "fp16": 149.7, "bf16": 149.7},
             48,
@@ -275,6 +310,12 @@ _DEVICE_ALIASES: Mapping[str, str] = MappingProxyType(
         "h200": "h200-sxm",
         "hgx-b200": "b200",
         "gb200-nvl72": "gb200",
+        "h800": "h800-sxm",
+        "h800-sxm5": "h800-sxm",
+        "hgx-b300": "b300",
+        "dgx-b300": "b300",
+        "b300-sxm": "b300",
+        "gb300-nvl72": "gb300",
         "a5500": "rtx-a5500",
         "1080ti": "gtx-1080-ti",
         "titanxp": "titan-xp",

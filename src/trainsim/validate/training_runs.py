@@ -282,7 +282,7 @@ def _dtype(precision: str, gpu: str, notes: dict[str, str]) -> str:
         return "fp16"
     if _unstated(p):
         g = gpu.lower()
-        dtype = "bf16" if any(k in g for k in ("a100", "h100", "h200", "h800", "b200")) else "fp16"
+        dtype = "bf16" if any(k in g for k in ("a100", "h100", "h200", "h800", "b200", "b300")) else "fp16"
         notes["precision"] = f"not stated: {dtype} mixed precision (what the GPU trains in)"
         return dtype
     raise RowSkip("precision not understood", f"'{precision}'")
@@ -394,10 +394,14 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
             out["gpu"] = "h100-96gb-500w"
     elif "h200" in gpu:
         out = {"name": "hgx-h200"}
+    elif "h800" in gpu:
+        out = {"name": "dgx-h800"}
     elif "b200" in gpu and "gb200" not in gpu:
         out = {"name": "dgx-b200"}
-    elif "gb200" in gpu:  # every GPU of a GB200 rack shares one NVLink domain: its 'node' is the rack
-        out = {"name": "gb200-nvl72"}
+    elif "b300" in gpu and "gb300" not in gpu:
+        out = {"name": "dgx-b300"}
+    elif "gb200" in gpu or "gb300" in gpu:  # every GPU of an NVL72 rack shares one NVLink domain: its 'node'
+        out = {"name": "gb200-nvl72" if "gb200" in gpu else "gb300-nvl72"}
         gpn = 72
     elif "v100" in gpu:
         dev = "v100-sxm2-16gb" if mem == 16 or "16gb" in gpu else "v100-sxm2-32gb"
@@ -445,11 +449,13 @@ def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
         return "flash"
     gpu = row.get("gpu", "").lower()
     framework = " ".join(row.get(c) or "" for c in ("source", "source_group")).lower()
-    if re.search(_SDPA_FRAMEWORKS, framework) and any(g in gpu for g in ("a100", "h100", "h200", "h800", "b200")):
+    if re.search(_SDPA_FRAMEWORKS, framework) and any(g in gpu for g in ("a100", "h100", "h200", "h800", "b200",
+                                                                     "b300")):
         notes["attention"] = ("not stated: torchtune, LitGPT and torchtitan call PyTorch's "
                               "scaled_dot_product_attention, FlashAttention-2 kernels from Ampere on")
         return "flash"
-    if "megatron" in (row.get("source") or "").lower() and any(g in gpu for g in ("h100", "h200", "h800", "b200")):
+    if "megatron" in (row.get("source") or "").lower() and any(g in gpu for g in ("h100", "h200", "h800", "b200",
+                                                                                 "b300")):
         notes["attention"] = ("not stated: Megatron-Core on Hopper and Blackwell (b200, gb200) runs Transformer "
                               "Engine's cuDNN fused attention")
         return "cudnn"
