@@ -272,8 +272,10 @@ def test_precision_defaults_and_skips() -> None:
     assert rj.job["simulation"]["dtype"] == "bf16" and rj.assumptions["precision"].startswith("not stated")
     assert _job(precision="not stated", gpu="V100-SXM2 32GB").job["simulation"]["dtype"] == "fp16"
     assert "autocast" in _job(precision="AMP").assumptions["precision"]
-    for text in ("MXFP8 (1x32 block scaling, E8M0 scales)", "NVFP4", "bf16 + fp8 (hybrid, recipe=blockwise)"):
-        assert skip_category(_skip(precision=text, gpu="H100 80GB")) == "precision not modelled", text
+    assert skip_category(_skip(precision="NVFP4", gpu="B200")) == "precision not modelled"
+    for text in ("MXFP8 (1x32 block scaling, E8M0 scales)", "bf16 + fp8 (hybrid, recipe=blockwise)"):
+        rj = _job(precision=text, gpu="H100 80GB")  # block-scaled FP8: the FP8 tensor-core rate, said so
+        assert rj.job["simulation"]["dtype"] == "fp8" and "block-scaled" in rj.assumptions["precision"], text
     assert skip_category(_skip(precision="int4 weights")) == "precision not understood"
 
 

@@ -82,6 +82,11 @@ class ModelSpec(_Strict):
         None, description="the output head: lm (final norm, LM head and loss over the vocabulary; the default) or "
         "classifier (BERT's sequence classification: pooler on the first token, 2-label linear classifier and "
         "loss; transformers' BertForSequenceClassification)")
+    head_size: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="each attention head's size where it is "
+                                  "not model.hidden / model.heads (Hugging Face head_dim: Qwen3, Gemma); the q, k "
+                                  "and v projections are heads (kv_heads) x head_size wide; None: hidden / heads")
+    qk_norm: bool | None = Field(None, description="a norm over each query and key head before RoPE (Qwen3's "
+                                 "q_norm/k_norm, Megatron's --qk-layernorm)")
     experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
                                 "every layer's MLP (but model.first_dense_layers), each of model.expert_ffn features, "
                                 "beside model.shared_expert_ffn; None keeps the model's own (0 for dense models)")

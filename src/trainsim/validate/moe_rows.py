@@ -65,16 +65,73 @@ def moe_model_fields(settings: str, tp: int, framework: str) -> dict[str, Any] |
     return out
 
 
-def moe_note(fields: dict[str, Any], settings: str) -> str:
-    """The row's assumption text for its MoE mapping."""
+_COLUMN_BLOCKERS: tuple[tuple[str, str], ...] = (
+    (r"\bmla\b|multi-latent", "multi-latent attention (MLA)"),
+    (r"mamba|hybrid", "hybrid Mamba2 mixer layers"),
+    (r"sliding[- ]window", "sliding-window attention layers"),
+)
+
+
+def _cells(row: dict[str, str], *columns: str) -> str:
+    return " ".join((row.get(c) or "").strip() for c in columns).lower()
+
+
+def _int_cell(row: dict[str, str], column: str) -> int | None:
+    m = re.match(r"\s*(\d+)", row.get(column) or "")
+    return int(m.group(1)) if m else None
+
+
+def moe_column_fields(row: dict[str, str], tp: int) -> dict[str, Any] | str | None:
+    """The model keys of a row that states its experts in columns (moe_runs.csv: n_experts, top_k,
+    moe_ffn_hidden, n_shared_experts, first_k_dense, moe_layer_freq, attention, etp), or why trainsim's MoE layer
+    cannot represent it; None where the row has no n_experts (its other_settings may say: moe_model_fields).
+    `n_shared_experts` shared experts of moe_ffn_hidden features each are one shared expert of their sum (how
+    Megatron sizes --moe-shared-expert-intermediate-size)."""
+    experts = _int_cell(row, "n_experts")
+    if experts is None or experts < 2:
+        return None
+    for pattern, what in _COLUMN_BLOCKERS:
+        if re.search(pattern, _cells(row, "attention", "moe_layer_freq", "arch")):
+            return f"{what} not modelled"
+    if re.search(r"\bmtp\b|multi-token", _cells(row, "other_settings", "arch")):
+        return "multi-token-prediction layers not modelled"
+    top_k, width = _int_cell(row, "top_k"), _int_cell(row, "moe_ffn_hidden")
+    if top_k is None or width is None:
+        return "top_k or moe_ffn_hidden not stated"
+    etp = _int_cell(row, "etp")
+    if etp is None and tp > 1:
+        return f"expert tensor parallelism not stated with tp {tp} (Megatron-Bridge recipes set it apart from tp)"
+    if etp is not None and etp != tp:
+        return (f"expert tensor parallelism {etp} differs from tp {tp} (trainsim splits the experts over tp like "
+                "the dense MLP)")
+    out: dict[str, Any] = {"experts": experts, "top_k": top_k, "expert_ffn": width}
+    shared = _int_cell(row, "n_shared_experts") or 0
+    if shared:
+        out["shared_expert_ffn"] = shared * width
+    dense = _int_cell(row, "first_k_dense") or 0
+    freq = _cells(row, "moe_layer_freq")
+    pattern = re.fullmatch(r"\(?\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\)?", freq)
+    if pattern is not None:
+        if int(pattern.group(1)) != dense:
+            return f"moe_layer_freq {freq} disagrees with first_k_dense {dense}"
+    elif freq and not re.match(r"1\b", freq):
+        return f"moe_layer_freq {freq} (trainsim keeps the first layers dense, then MoE) is not modelled"
+    if dense:
+        out["first_dense_layers"] = dense
+    return out
+
+
+def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -> str:
+    """The row's assumption text for its MoE mapping (`dispatcher_cell`: a token_dispatcher column, where the row
+    has one)."""
     dispatcher = re.search(r"moe-token-dispatcher-type\s*=\s*(\w+)", settings.lower())
-    kind = dispatcher.group(1) if dispatcher else "allgather (Megatron's default)"
-    width = (f"{fields['expert_ffn']} features each (moe-ffn-hidden-size)" if "expert_ffn" in fields
-             else "ffn features each")
+    kind = (dispatcher_cell.strip() if dispatcher_cell.strip() else dispatcher.group(1) if dispatcher
+            else "allgather (Megatron's default)")
+    width = (f"{fields['expert_ffn']} features each" if "expert_ffn" in fields else "ffn features each")
     layers = (f"every layer after the first {fields['first_dense_layers']} (dense)" if fields.get("first_dense_layers")
               else "every layer")
     shared = (f", beside a shared expert of {fields['shared_expert_ffn']} features"
               if fields.get("shared_expert_ffn") else "")
-    return (f"Megatron MoE: {layers} routes to {fields['top_k']} of {fields['experts']} experts, {width}{shared}; "
+    return (f"MoE: {layers} routes to {fields['top_k']} of {fields['experts']} experts, {width}{shared}; "
             f"dropless routing priced at the mean load (tokens x top_k / experts per expert); the {kind} "
             "dispatcher's traffic is priced as trainsim's all-to-all (what expert_fc1 saves is the same)")

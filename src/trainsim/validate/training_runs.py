@@ -19,7 +19,7 @@ from typing import Any
 
 from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
-from .moe_rows import moe_model_fields, moe_note
+from .moe_rows import moe_column_fields, moe_model_fields, moe_note
 from .pipeline_splits import nanotron_stage_layers
 
 REQUIRED_COLUMNS = ("case_id", "model_name", "arch", "gpu", "n_gpus", "flops_convention", "global_batch")
@@ -265,8 +265,10 @@ def _dtype(precision: str, gpu: str, notes: dict[str, str]) -> str:
     if re.search(r"nvfp4|mxfp4|\bfp4\b", p):
         raise RowSkip("precision not modelled", f"'{precision}': FP4 training")
     if re.search(r"mxfp8|fp8-mx|block[- ]?(?:wise|scal)|1x32|32x32|128x128|finer-grained", p):
-        raise RowSkip("precision not modelled", f"'{precision}': block-scaled FP8 (trainsim's fp8 is per-tensor "
-                      "scaled)")
+        notes["precision"] = (f"'{precision}': block-scaled FP8 GEMMs priced at the FP8 tensor-core rate (Blackwell "
+                              "applies MXFP8's 1x32 block scales in the tensor cores; Hopper's blockwise kernels in "
+                              "the GEMM)")
+        return "fp8"
     if re.search(r"fp8|float8|e4m3", p):
         return "fp8"
     if re.search(r"bf16|bfloat16", p):
@@ -402,7 +404,13 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
         out = {"name": "dgx-b300"}
     elif "gb200" in gpu or "gb300" in gpu:  # every GPU of an NVL72 rack shares one NVLink domain: its 'node'
         out = {"name": "gb200-nvl72" if "gb200" in gpu else "gb300-nvl72"}
-        gpn = 72
+        racks = -(-n_gpus // 72)
+        while n_gpus % racks:  # the fewest racks that hold the job evenly (256 GPUs: 4 racks of 64)
+            racks += 1
+        gpn = out["gpus_per_node"] = n_gpus // racks
+        if racks > 1 and gpn < 72:
+            notes["nvlink_domain"] = (f"not stated: {n_gpus} GPUs as {racks} NVL72 racks of {gpn} (the fewest racks "
+                                      "that hold them evenly), NVLink inside a rack, InfiniBand across")
     elif "v100" in gpu:
         dev = "v100-sxm2-16gb" if mem == 16 or "16gb" in gpu else "v100-sxm2-32gb"
         if "cube" in intra or ("sxm2" in gpu and "nvswitch" not in intra):
@@ -564,6 +572,9 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
         family, base = "Llama", LLAMA_FEATURES
     elif re.search(_GPT, arch):
         family, base = "GPT", GPT_FEATURES
+    elif re.search(_LLAMA, name.lower()):  # an arch text naming no family ("MoE (GQA ...)"): the model's name
+        family, base = "Llama", LLAMA_FEATURES
+        notes["family"] = f"'{name}': the Llama family's layers (the arch text names no family)"
     else:
         raise RowSkip(ARCH_UNKNOWN, f"'{row.get('arch')}' is no transformer family trainsim knows (GPT, MPT, "
                       "BLOOM, Nemotron, Llama, BERT)")
@@ -576,6 +587,12 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
         stated["tied_embeddings"] = True
         notes["tied_embeddings"] = f"not stated: '{name}' ties its embeddings (tie_word_embeddings in its config)"
     features = {**base, **stated}
+    attention = _cell(row, "attention").lower()
+    if re.search(r"qk[- _]?(?:layer)?norm", arch + " " + attention):
+        features["qk_norm"] = True  # Qwen3's q_norm / k_norm, Megatron's --qk-layernorm
+    head_dim, heads, hidden = _count(row, "head_dim"), dims["heads"], dims["hidden"]
+    if head_dim and heads and hidden and head_dim * heads != hidden:
+        features["head_size"] = head_dim  # heads x head_dim wider (or narrower) than hidden: Qwen3, Gemma
     unstated = [f"{k} {v}" for k, v in base.items() if k not in stated and k != "dropout"]
     if unstated:
         notes["architecture"] = f"not stated: {', '.join(unstated)} ({family} family)"
@@ -811,7 +828,7 @@ _RULES: list[tuple[str, Action]] = [
     (r"disable-bias-linear(?:\s*=\s*(true|false))?", _feature("bias", False)),
     (r"untie-embeddings-and-output-weights(?:\s*=\s*(true|false))?", _feature("tied_embeddings", False)),
     (r"(hidden|attention)-dropout\s*=\s*([\d.]+)", _dropout),
-    (r"qk-layernorm(?:\s*=\s*true)?", _note("qk-layernorm (two small norms) not modelled")),
+    (r"qk-layernorm(?:\s*=\s*(true|false))?", _feature("qk_norm", True)),
     (r"kv-channels\s*=\s*\d+", _ok),  # checked against hidden / heads in _row_job
     (r"multi-latent-attention\s*=\s*true|(?:q|kv)-lora-rank.*|qk-head-dim.*|qk-pos-emb-head-dim.*|v-head-dim.*",
      _skip(ARCH_MODELLED, "multi-latent attention (MLA)")),
@@ -819,6 +836,14 @@ _RULES: list[tuple[str, Action]] = [
     (r"(?:num-experts|moe-router-topk|moe-ffn-hidden-size|moe-token-dispatcher-type|"
      r"moe-shared-expert-intermediate-size)\s*=\s*\w+|moe-layer-freq\s*=.*|"
      r"moe-grouped-gemm(?:\s*=\s*true)?|moe-router-dtype\s*=\s*fp32", _ok),
+    # Megatron-Bridge's MoE performance settings (moe_runs.csv): recorded, not modelled
+    (r"ep a2a overlap.*=\s*on", _note("expert all-to-all overlapped with compute (EP A2A overlap) not modelled: "
+                                       "the dispatch and combine are priced on their own stream's schedule")),
+    (r"ep a2a overlap.*=\s*off", _ok),
+    (r"moe_expert_rank_capacity_factor\s*=.*|moe_paged_stash\s*=.*",
+     _note("the paged activation stash of dropless MoE (moe_paged_stash, its rank capacity factor) not modelled")),
+    (r"kernels\s*=.*deepep.*", _ok),  # DeepEP's dispatch and combine priced as trainsim's all-to-all
+    (r"recipe .*", _ok),  # where a recipe's settings come from (the other columns carry them)
     (r"num-experts.*|moe-.*|moe_.*|ep a2a.*|.*deepep.*", _skip(MOE, "expert layers in other_settings")),
     (r"mtp-num-layers\s*=\s*[1-9]\d*|mtp enabled.*|mtp: recipe default mtp_num_layers\s*=\s*[1-9].*",
      _skip(SETTING, "multi-token prediction layers")),
@@ -920,12 +945,17 @@ def _row_job(row: dict[str, str]) -> RowJob:
     name = _cell(row, "model_name")
     routed: dict[str, Any] = {}
     if not _is_resnet(name) and (moe := _moe(row, arch)):
-        fields = moe_model_fields(_cell(row, "other_settings"), _count(row, "tp") or 1,
-                                  _cell(row, "source_group") + " " + _cell(row, "source"))
+        fields = moe_column_fields(row, _count(row, "tp") or 1)  # moe_runs.csv states them in columns
+        if fields is None:
+            fields = moe_model_fields(_cell(row, "other_settings"), _count(row, "tp") or 1,
+                                      _cell(row, "source_group") + " " + _cell(row, "source"))
         if isinstance(fields, str):
             raise RowSkip(MOE, f"{moe}: {fields}")
         routed = fields
-        notes["mixture_of_experts"] = moe_note(fields, _cell(row, "other_settings"))
+        notes["mixture_of_experts"] = moe_note(fields, _cell(row, "other_settings"), _cell(row, "token_dispatcher"))
+        if _unstated(_cell(row, "ffn_hidden")) and not fields.get("first_dense_layers") and "expert_ffn" in fields:
+            row = {**row, "ffn_hidden": str(fields["expert_ffn"])}  # model.ffn sizes no layer: every MLP is MoE
+            notes["ffn"] = "not stated: every layer is a mixture of experts (no dense MLP to size)"
     settings = _settings(_cell(row, "other_settings"))
     model = {**_model(row, arch, settings, notes), **routed}
     cluster = _cluster(row, n_gpus, notes)
@@ -1042,8 +1072,16 @@ def _row_job(row: dict[str, str]) -> RowJob:
     return RowJob(job, metric, measured, shape, conv, strategy["recompute"] == "full", notes)
 
 
+_CONVENTION_FREE_FIRST = ("iter_time_s", "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu_pct")
+"""The metric order of moe_runs.csv rows (the file with expert columns): its README says their TFLOP/s follow each
+framework's own FLOP count, which changed between releases, and tokens/s per GPU and step time are the
+convention-free measures."""
+
+
 def _measured(row: dict[str, str]) -> tuple[str | None, float]:
-    for key in ("iter_time_s", "tflops_per_gpu", "mfu_pct", "samples_per_s", "tokens_per_s_per_gpu"):
+    order = (_CONVENTION_FREE_FIRST if "moe_ffn_hidden" in row else
+             ("iter_time_s", "tflops_per_gpu", "mfu_pct", "samples_per_s", "tokens_per_s_per_gpu"))
+    for key in order:
         v = _num(row, key)
         if v is not None and v > 0:
             return key, v

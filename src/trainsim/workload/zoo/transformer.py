@@ -38,7 +38,7 @@ SP_SAVES = ("shard", "gathered")
 GLUS = ("fused", "unfused")
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
-            "first_dense_layers")
+            "first_dense_layers", "head_size", "qk_norm")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -83,6 +83,7 @@ class TransformerConfig:
     description: str = ""
     # Finer-grained features (imported Hugging Face configs); the defaults reproduce the built-in zoo.
     head_size: int | None = None  # explicit head dim when it is not hidden // heads (HF `head_dim`)
+    qk_norm: bool = False  # an RMSNorm over each query and key head (head_dim weights each) before RoPE: Qwen3
     qkv_bias: bool | None = None  # None: follow `bias` (Qwen2 has q/k/v biases only)
     out_bias: bool | None = None  # attention output projection bias; None: follow `bias`
     mlp_bias: bool | None = None  # MLP / expert-free FFN biases; None: follow `bias`
@@ -153,6 +154,8 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
            weight=("q", "h"), extra_params=q if cfg.has_qkv_bias else 0,
            saved=(_linear_input(cfg, ("b", "s", "h")),)),
     ]
+    if cfg.qk_norm:
+        ops.append(_qk_norm(cfg, b, s))
     if cfg.position == "rope":
         ops.append(Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "q": q}, (("b", "s", "q"),),
                       ("b", "s", "q"), flops_per_point=3.0))
@@ -199,6 +202,20 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
                   ("b", "s", "h"), weight=("h", "o"), extra_params=h if cfg.has_out_bias else 0,
                   saved=(SavedTensor("input", ("b", "s", "o")),)))
     return ops
+
+
+def _qk_norm(cfg: TransformerConfig, b: int, s: int) -> Op:
+    """QK-norm (Qwen3's q_norm and k_norm; Megatron's qk-layernorm): the model's norm over each query and key
+    head, one head_dim weight each (its bias too for LayerNorm), after the QKV projection. It reads the q and k
+    heads of the QKV output: an op over that tensor (its "q" dimension, so it splits over tp with it) whose
+    FLOPs, HBM traffic and saved input are scaled from all (heads + 2 kv heads) to the (heads + kv heads) it
+    normalises; the kernel keeps its input as the model's other norms do."""
+    a, g, d = cfg.heads, cfg.kv, cfg.head_dim
+    share = (a + g) / (a + 2 * g)
+    params = 2 * d * (2 if cfg.norm == "layernorm" else 1)
+    return Op("qk_norm", OpKind.NORM, {"b": b, "s": s, "q": (a + 2 * g) * d}, (("b", "s", "q"),), ("b", "s", "q"),
+              extra_params=params, flops_per_point=NORM_FLOPS_PER_ELEM * share, traffic=share,
+              saved=(SavedTensor("input", ("b", "s", "q"), 2.0 * share),))
 
 
 def _linear_input(cfg: TransformerConfig, dims: tuple[str, ...]) -> SavedTensor:
