@@ -3,7 +3,8 @@
 Targets (issue 21, one core of the 2-core dev machine): the default job (GPT-3 175B on 1024 A100, 192
 micro-batches per pipeline) <= 50 ms warm; Llama-3.1 405B on 16,384 H100 <= 50 ms; the same GPT-3 job
 from 64 to 16,384 GPUs grows <= 1.5x (symmetry: cost follows stages and ops, not GPU count); the work
-grows sub-linearly with micro-batches per pipeline (8, 64, 512: sim.periodic folds the steady state).
+grows sub-linearly with micro-batches per pipeline (8, 64, 512: sim.periodic folds the steady state);
+DeepSeek-V3 as published (2048 H800, PP16, EP64; issue 23) <= 1 s.
 Per case: the warm wall time (best of --repeat after one warm-up call), the cold first call's
 `simulation_wall_s` (what the CLI reports: imports excluded, first-call costs included), peak RSS, the
 tasks of the iteration and how the micro-batches were folded. Prints numbers; asserts nothing.
@@ -23,6 +24,13 @@ CASES = {
         "dict(model={'name': 'llama3.1-405b', 'seq_len': 8192}, cluster={'name': 'dgx-h100', 'nodes': 2048},"
         " strategy={'tp': 8, 'pp': 16, 'dp': 128, 'global_batch': 2048, 'sequence_parallel': True,"
         " 'recompute': 'selective', 'zero': 1})"),
+    "deepseek-v3 2048x H800 pp16 ep64 dp128 fp8 (MLA, 256 experts)": (
+        "dict(model={'name': 'llama3-8b', 'layers': 61, 'hidden': 7168, 'heads': 128, 'kv_heads': 128,"
+        " 'ffn': 18432, 'vocab': 129280, 'seq_len': 4096, 'experts': 256, 'top_k': 8, 'expert_ffn': 2048,"
+        " 'shared_expert_ffn': 2048, 'first_dense_layers': 3, 'head_size': 192, 'qk_rope_dim': 64,"
+        " 'v_head_size': 128, 'kv_lora_rank': 512, 'q_lora_rank': 1536},"
+        " cluster={'name': 'dgx-h800', 'nodes': 256}, strategy={'pp': 16, 'dp': 128, 'ep': 64,"
+        " 'global_batch': 15360, 'zero': 1}, simulation={'dtype': 'fp8'})"),
     "resnet50 256x A100 data parallel": (
         "dict(model={'name': 'resnet50'}, cluster={'name': 'dgx-a100', 'nodes': 32},"
         " strategy={'micro_batch': 256, 'global_batch': 65536})"),

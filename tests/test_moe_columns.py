@@ -119,3 +119,66 @@ def test_nvl72_jobs_spread_over_the_fewest_even_racks(n_gpus: int, per_rack: int
     assert isinstance(cl, dict)
     assert cl["gpus_per_node"] == per_rack and cl["nodes"] * per_rack == n_gpus
     assert ("nvlink_domain" in notes) == (per_rack < 72 and n_gpus > 72)
+
+
+DEEPSEEK_V3 = {"experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_expert_ffn": 2048, "first_dense_layers": 3,
+               "head_size": 192, "qk_rope_dim": 64, "v_head_size": 128, "kv_lora_rank": 512, "q_lora_rank": 1536}
+DEEPSEEK_DIMS = {"layers": 61, "hidden": 7168, "heads": 128, "kv_heads": 128, "ffn": 18432, "vocab": 129280}
+
+
+def test_deepseek_v3_counts_671b_parameters_and_37b_active() -> None:
+    """The DeepSeek-V3 report (arXiv:2412.19437): 671B total parameters, 37B activated per token (the main model;
+    its multi-token-prediction module is not counted in either)."""
+    m = build_model("llama3-8b", 1, 4096, "flash", DEEPSEEK_V3, **DEEPSEEK_DIMS)
+    assert m.params == pytest.approx(671e9, rel=0.01)
+    # active counts the embedding and the head, as Mistral's 12.9B for Mixtral and Qwen's 3.3B for Qwen3-30B-A3B
+    # do; DeepSeek's rounded 37B sits 1.5% under that count (37.55B)
+    assert m.active_params == pytest.approx(37e9, rel=0.02)
+    assert build_model("mixtral-8x7b", 1).active_params == pytest.approx(12.9e9, rel=0.01)
+    dense = build_model("llama3-8b", 1)
+    assert dense.active_params == dense.params
+
+
+def test_mla_attention_by_hand() -> None:
+    """One MLA layer's attention parameters and FLOPs, by the formulas of DeepSeek-V2 sec. 2.1."""
+    h, a, ql, kc, rope, dq, dv = 1024, 8, 256, 128, 32, 96, 64
+    feats = {"mlp": "swiglu", "bias": False, "norm": "rmsnorm", "kv_lora_rank": kc, "q_lora_rank": ql,
+             "head_size": dq, "qk_rope_dim": rope, "v_head_size": dv}
+    b, s = 2, 512
+    m = build_model("custom", b, s, "flash", feats, layers=1, hidden=h, heads=a, ffn=2048, vocab=1000)
+    ops = {op.name: op for lay in m.layers for op in lay.ops}
+    assert ops["q_down"].params == h * ql and ops["q_up"].params == ql * a * dq
+    assert ops["kv_down"].params == h * (kc + rope) and ops["kv_up"].params == kc * a * (dq - rope + dv)
+    assert ops["q_norm"].params == ql and ops["kv_norm"].params == kc and ops["proj"].params == a * dv * h
+    # scores over dq, values over dv (before the causal halving the cost model applies)
+    assert ops["attention"].fwd_flops() == pytest.approx(2 * b * a * s * s * (dq + dv))
+    assert not ops["kv_down"].saved  # it reads the layer input that q_down keeps
+
+
+def test_mla_splits_its_heads_over_tp_and_needs_a_fused_kernel() -> None:
+    model = {"name": "custom", "layers": 2, "hidden": 1024, "heads": 8, "ffn": 2048, "vocab": 1000,
+             "kv_lora_rank": 128, "q_lora_rank": 256, "head_size": 96, "qk_rope_dim": 32, "v_head_size": 64}
+    job = {"model": model, "cluster": {"name": "dgx-h100", "nodes": 1}}
+    one = trainsim.simulate({**job, "strategy": {"global_batch": 8, "tp": 1}})
+    two = trainsim.simulate({**job, "strategy": {"global_batch": 8, "tp": 2}})
+    assert one.model_params == two.model_params and two.breakdown["tp"] > 0
+    with pytest.raises(trainsim.ConfigError, match=r"^model\.attention:"):
+        trainsim.simulate({**job, "model": {**model, "attention": "unfused"}})
+
+
+def test_an_mla_row_reads_its_head_sizes_and_ranks() -> None:
+    row = _moe_row(attention="MLA (qk_nope=128, qk_rope=64, v_head=128; no GQA)", kv_lora_rank="512",
+                   q_lora_rank="1536", n_experts="256", moe_ffn_hidden="2048", n_shared_experts="1",
+                   first_k_dense="3", moe_layer_freq="[0]*3+[1]*58")
+    got = moe_column_fields(row, 1)
+    assert isinstance(got, dict)
+    assert {k: got[k] for k in ("kv_lora_rank", "q_lora_rank", "head_size", "qk_rope_dim", "v_head_size")} == {
+        "kv_lora_rank": 512, "q_lora_rank": 1536, "head_size": 192, "qk_rope_dim": 64, "v_head_size": 128}
+    missing = moe_column_fields({**row, "kv_lora_rank": ""}, 1)
+    assert isinstance(missing, str) and "kv_lora_rank" in missing
+
+
+def test_the_result_reports_active_parameters() -> None:
+    r = trainsim.simulate({"model": {"name": "mixtral-8x7b"}, "cluster": {"name": "dgx-h100", "nodes": 1},
+                           "strategy": {"global_batch": 8, "tp": 8}})
+    assert r.to_json()["active_params"] == r.active_params < r.model_params

@@ -827,7 +827,8 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
         critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
         critical_path_by_category=path_by_category, critical_path_tasks=path_tasks, n_tasks=n_tasks,
         advice=_advice(memory, spec), graph=None if folded else graph, trace=None if folded else trace,
-        fold=fold_note, model_params=mdl.params, model_assumptions=list(mdl.assumptions),
+        fold=fold_note, model_params=mdl.params, active_params=mdl.active_params,
+        model_assumptions=list(mdl.assumptions),
         placement=[p.describe(cl.levels) for p in placement(tree.mesh, cl.levels)])
     return result
 
@@ -858,7 +859,7 @@ def _analytic_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
         tokens_per_sample=mdl.seq_len, model_flops=program.model_flops_per_iteration,
         hw_flops=program.hw_flops_per_iteration, peak_tflops=costed.peak_flops / 1e12, breakdown=breakdown, breakdown_per_stage=per_stage, memory=memory,
         critical_path=[], critical_path_by_category={}, n_tasks=0, advice=_advice(memory, spec),
-        model_params=mdl.params, fidelity="analytic",
+        model_params=mdl.params, active_params=mdl.active_params, fidelity="analytic",
         model_assumptions=[*mdl.assumptions, "analytic tier (simulation.fidelity analytic): the costed per-layer "
                            "templates composed in closed form (pipeline formula, exposed communication after "
                            "overlap, optimizer step); no link sharing, no timeline or critical path"],

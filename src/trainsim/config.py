@@ -87,6 +87,15 @@ class ModelSpec(_Strict):
                                   "and v projections are heads (kv_heads) x head_size wide; None: hidden / heads")
     qk_norm: bool | None = Field(None, description="a norm over each query and key head before RoPE (Qwen3's "
                                  "q_norm/k_norm, Megatron's --qk-layernorm)")
+    kv_lora_rank: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="multi-latent attention (DeepSeek-V2/"
+                                     "V3, Kimi K2): keys and values compressed to this rank; model.head_size is then "
+                                     "a query/key head's size including model.qk_rope_dim")
+    q_lora_rank: int | None = Field(None, ge=0, le=MAX_HIDDEN, description="multi-latent attention: queries "
+                                    "compressed to this rank (0: a plain query projection)")
+    qk_rope_dim: int | None = Field(None, ge=0, le=MAX_HIDDEN, description="multi-latent attention: the RoPE part "
+                                    "of each query/key head (one rope key shared by the heads)")
+    v_head_size: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="multi-latent attention: a value "
+                                    "head's size (None: model.head_size)")
     experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
                                 "every layer's MLP (but model.first_dense_layers), each of model.expert_ffn features, "
                                 "beside model.shared_expert_ffn; None keeps the model's own (0 for dense models)")

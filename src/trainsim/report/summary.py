@@ -40,7 +40,9 @@ def print_summary(r: SimulationResult, console: Console | None = None, job: str 
     if job:
         con.print(f"job: {job}", markup=False, highlight=False)
     seq = f", sequence length {r.tokens_per_sample}" if r.tokens_per_sample else ""
-    con.print(f"model: [bold]{r.model}[/], {_count(r.model_params)} params{seq}", highlight=False)
+    active = (f" ({_count(r.active_params)} active per token)"
+              if r.active_params and r.active_params != r.model_params else "")
+    con.print(f"model: [bold]{r.model}[/], {_count(r.model_params)} params{active}{seq}", highlight=False)
     con.print(f"GPUs: [bold]{r.n_gpus}x {r.device}[/] ({r.cluster})", highlight=False)
     ep = s["ep"]
     dp = f"dp={s['dp']} (ep={ep} x dp/ep={s['dp'] // ep})" if ep > 1 else f"dp={s['dp']}"

@@ -99,6 +99,7 @@ class SimulationResult:
     simulation_wall_s: float = 0.0
     n_tasks: int = 0
     model_params: int = 0
+    active_params: int = 0  # what one token runs through (model_params less the routed experts it skips)
     advice: list[str] = field(default_factory=list)
     placement: list[str] = field(default_factory=list)  # where each parallel axis lands on the topology
     model_assumptions: list[str] = field(default_factory=list)  # where the model approximates its source
@@ -153,7 +154,8 @@ class SimulationResult:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "model": self.model, "model_params": self.model_params, "seq_len": self.tokens_per_sample,
+            "model": self.model, "model_params": self.model_params, "active_params": self.active_params,
+            "seq_len": self.tokens_per_sample,
             "cluster": self.cluster, "device": self.device, "n_gpus": self.n_gpus,
             "strategy": self.strategy,
             "iteration_time_s": self.iteration_time_s,

@@ -23,10 +23,11 @@ from .tree import (
     state_config,
 )
 
-TP_DIMS = frozenset({"q", "a", "g", "o", "kv", "f", "f2", "v"})
+TP_DIMS = frozenset({"q", "a", "g", "o", "kv", "vo", "f", "f2", "v"})
 SP_OPS = frozenset({"ln1", "ln2", "attn_residual", "mlp_residual", "final_norm", "embed_dropout", "dispatch",
                     "combine"})
-SP_SAVED = (("qkv", "input"), ("fc1", "input"), ("router", "input"), ("lm_head", "input"))
+SP_SAVED = (("qkv", "input"), ("q_down", "input"), ("q_proj", "input"), ("fc1", "input"), ("router", "input"),
+            ("lm_head", "input"))
 EXPERT_OPS = frozenset({"expert_fc1", "expert_act", "expert_fc2"})
 
 

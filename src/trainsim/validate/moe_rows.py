@@ -66,7 +66,6 @@ def moe_model_fields(settings: str, tp: int, framework: str) -> dict[str, Any] |
 
 
 _COLUMN_BLOCKERS: tuple[tuple[str, str], ...] = (
-    (r"\bmla\b|multi-latent", "multi-latent attention (MLA)"),
     (r"mamba|hybrid", "hybrid Mamba2 mixer layers"),
     (r"sliding[- ]window", "sliding-window attention layers"),
 )
@@ -105,6 +104,11 @@ def moe_column_fields(row: dict[str, str], tp: int) -> dict[str, Any] | str | No
         return (f"expert tensor parallelism {etp} differs from tp {tp} (trainsim splits the experts over tp like "
                 "the dense MLP)")
     out: dict[str, Any] = {"experts": experts, "top_k": top_k, "expert_ffn": width}
+    if re.search(r"\bmla\b|multi-latent", _cells(row, "attention", "arch")):
+        mla = _mla_fields(row)
+        if isinstance(mla, str):
+            return mla
+        out.update(mla)
     shared = _int_cell(row, "n_shared_experts") or 0
     if shared:
         out["shared_expert_ffn"] = shared * width
@@ -119,6 +123,18 @@ def moe_column_fields(row: dict[str, str], tp: int) -> dict[str, Any] | str | No
     if dense:
         out["first_dense_layers"] = dense
     return out
+
+
+def _mla_fields(row: dict[str, str]) -> dict[str, Any] | str:
+    """Multi-latent attention's model keys from the attention column ('MLA (qk_nope=128, qk_rope=64,
+    v_head=128)') and the kv_lora_rank / q_lora_rank columns, or what is missing."""
+    text = _cells(row, "attention")
+    sizes = {k: int(v) for k, v in re.findall(r"(qk_nope|qk_rope|v_head)\s*=\s*(\d+)", text)}
+    kv_rank, q_rank = _int_cell(row, "kv_lora_rank"), _int_cell(row, "q_lora_rank")
+    if len(sizes) < 3 or kv_rank is None:
+        return "multi-latent attention without its head sizes (qk_nope, qk_rope, v_head) or kv_lora_rank"
+    return {"kv_lora_rank": kv_rank, "q_lora_rank": q_rank or 0, "head_size": sizes["qk_nope"] + sizes["qk_rope"],
+            "qk_rope_dim": sizes["qk_rope"], "v_head_size": sizes["v_head"]}
 
 
 def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -> str:

@@ -433,6 +433,9 @@ def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[st
         out["nics_per_node"], out["nic_gbps"] = int(m.group(1)), int(m.group(2)) / 8.0
     elif m2:
         out["nics_per_node"], out["nic_gbps"] = 8, int(m2.group(1)) / 8.0 / 8.0
+    elif out["nodes"] > 1 and out["name"].endswith("nvl72"):
+        out["nics_per_node"] = gpn  # the racks' GPUs each keep their own NIC
+        notes["network"] = "not stated: the preset's one NIC per GPU"
     elif out["nodes"] > 1:
         notes["network"] = "not stated: preset's 8 NICs per node"
     return {k: v for k, v in out.items() if v is not None}
@@ -451,8 +454,8 @@ def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
         return "triton"
     if any(k in text for k in ("flashattention-3", "flash-attention-3", "flash attention 3", "fa3")):
         return "flash3"
-    if "cudnn" in text or "transformer engine" in text:
-        return "cudnn"
+    if "cudnn" in text or "transformer engine" in text or re.search(r"kernels\s*=\s*te\b", text):
+        return "cudnn"  # Transformer Engine's fused attention (NeMo AutoModel: kernels=TE)
     if "flash" in text:
         return "flash"
     gpu = row.get("gpu", "").lower()
@@ -489,7 +492,7 @@ _MLP = ((r"swiglu|swi-glu|silu[- ]?glu", "swiglu"),
 _POSITION = ((r"alibi", "alibi"), (r"\brope\b|rotary", "rope"),
              (r"learned pos|learned[- ]position|absolute pos|learned_absolute|learned abs", "learned"))
 _NORM = ((r"rms ?norm", "rmsnorm"), (r"(?<!qk-)layer ?norm|\bln\b", "layernorm"))  # qk-layernorm: extra norms
-_LLAMA = r"llama|mistral|qwen|\byi\b|gemma"
+_LLAMA = r"llama|mistral|qwen|\byi\b|gemma|deepseek|kimi"
 _GPT = r"gpt|\bmpt\b|bloom|\bopt\b|nemotron|falcon|megatron|starcoder"
 _TIED_MODELS = r"llama[- ]?3\.2[- ]?(?:1|3)b\b"
 """Published models of the Llama family whose Hugging Face config.json sets tie_word_embeddings: true (Meta's
@@ -547,11 +550,13 @@ def _is_resnet(name: str) -> bool:
     return "resnet-50" in name.lower() or "resnet50" in name.lower()
 
 
-def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str, str]) -> dict[str, Any]:
+def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str, str], mla: bool = False
+           ) -> dict[str, Any]:
+    """The model keys of a row; `mla`: its multi-latent attention was read (moe_rows), so MLA is no blocker."""
     name = row.get("model_name", "")
     if _is_resnet(name):
         return {"name": "resnet50"}
-    for pat, what in _UNMODELLED_ARCH:
+    for pat, what in _UNMODELLED_ARCH[1:] if mla else _UNMODELLED_ARCH:
         if re.search(pat, arch) or re.search(pat, _cell(row, "attention").lower()):
             raise RowSkip(ARCH_MODELLED, f"{what} ('{row.get('arch')}')")
     if "cnn" in arch:
@@ -591,7 +596,8 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
     if re.search(r"qk[- _]?(?:layer)?norm", arch + " " + attention):
         features["qk_norm"] = True  # Qwen3's q_norm / k_norm, Megatron's --qk-layernorm
     head_dim, heads, hidden = _count(row, "head_dim"), dims["heads"], dims["hidden"]
-    if head_dim and heads and hidden and head_dim * heads != hidden:
+    mla = re.search(r"\bmla\b|multi-latent", arch + " " + attention)
+    if head_dim and heads and hidden and head_dim * heads != hidden and not mla:  # MLA's head sizes: moe_rows
         features["head_size"] = head_dim  # heads x head_dim wider (or narrower) than hidden: Qwen3, Gemma
     unstated = [f"{k} {v}" for k, v in base.items() if k not in stated and k != "dropout"]
     if unstated:
@@ -957,7 +963,7 @@ def _row_job(row: dict[str, str]) -> RowJob:
             row = {**row, "ffn_hidden": str(fields["expert_ffn"])}  # model.ffn sizes no layer: every MLP is MoE
             notes["ffn"] = "not stated: every layer is a mixture of experts (no dense MLP to size)"
     settings = _settings(_cell(row, "other_settings"))
-    model = {**_model(row, arch, settings, notes), **routed}
+    model = {**_model(row, arch, settings, notes, mla="kv_lora_rank" in routed), **routed}
     cluster = _cluster(row, n_gpus, notes)
     if isinstance(cluster, str):
         raise RowSkip("GPU or cluster not expressible", cluster)

@@ -237,6 +237,20 @@ class Model:
         return sum(layer.params for layer in self.layers)
 
     @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: all of them but the routed experts it skips (each MoE layer's
+        expert weights, shaped (experts, out, in), count top_k / experts of theirs; routers and shared experts
+        count whole). The same as `params` for a dense model."""
+        experts, top_k = int(self.hyper.get("experts", 0) or 0), int(self.hyper.get("top_k", 0) or 0)
+        total = 0
+        for layer in self.layers:
+            for op in layer.ops:
+                w = op.weight
+                routed = experts > 0 and w is not None and len(w) == 3 and w[0] == "e" and op.dims["e"] == experts
+                total += op.params * top_k // experts if routed else op.params
+        return total
+
+    @property
     def is_language_model(self) -> bool:
         return self.seq_len is not None
 

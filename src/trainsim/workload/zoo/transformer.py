@@ -38,7 +38,7 @@ SP_SAVES = ("shard", "gathered")
 GLUS = ("fused", "unfused")
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
-            "first_dense_layers", "head_size", "qk_norm")
+            "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -84,6 +84,13 @@ class TransformerConfig:
     # Finer-grained features (imported Hugging Face configs); the defaults reproduce the built-in zoo.
     head_size: int | None = None  # explicit head dim when it is not hidden // heads (HF `head_dim`)
     qk_norm: bool = False  # an RMSNorm over each query and key head (head_dim weights each) before RoPE: Qwen3
+    # multi-latent attention (DeepSeek-V2/V3, Kimi K2; _mla_ops): kv_lora_rank > 0 compresses keys and values to that
+    # rank (and queries to q_lora_rank, 0: no query compression); head_size is a query/key head's size (no-RoPE
+    # part + qk_rope_dim), v_head_size a value head's (None: head_size)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    v_head_size: int | None = None
     qkv_bias: bool | None = None  # None: follow `bias` (Qwen2 has q/k/v biases only)
     out_bias: bool | None = None  # attention output projection bias; None: follow `bias`
     mlp_bias: bool | None = None  # MLP / expert-free FFN biases; None: follow `bias`
@@ -145,7 +152,68 @@ def _dropout_add(name: str, cfg: TransformerConfig, b: int, s: int) -> Op:
               flops_per_point=2.0, saved=saved, input_from=(None, "@skip"))
 
 
+def _mla_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
+    """Multi-latent attention (DeepSeek-V2, arXiv:2405.04434, sec. 2.1; V3 and Kimi K2 keep it): the layer input is
+    projected down to a query latent of q_lora_rank (normed, then up to heads x head_size) and to a key-value
+    latent of kv_lora_rank plus one shared RoPE key of qk_rope_dim (the latent normed, then up to heads x (head_size
+    - qk_rope_dim) keys and heads x v_head_size values); RoPE turns the rope part of each query and the shared key;
+    attention runs over head_size query/key and v_head_size value dims; the output projection reads heads x
+    v_head_size. The down projections are not split over tp (Megatron-Core keeps them 'duplicated'), the up
+    projections split their heads as QKV does. The key-value down projection reads the layer input the query's
+    keeps (saved once). Fused attention kernels only (their FLOPs: 2 x (head_size + v_head_size) per score)."""
+    if impl == "unfused":
+        raise ConfigError("model.attention", "multi-latent attention is modelled with fused attention kernels only",
+                          "set model.attention to flash, flash3 or cudnn")
+    a, h, dq, rope = cfg.heads, cfg.hidden, cfg.head_dim, cfg.qk_rope_dim
+    dv = cfg.v_head_size or dq
+    ql, kc = cfg.q_lora_rank, cfg.kv_lora_rank
+    o, ko, vo, kl = a * dq, a * (dq - rope + dv), a * dv, kc + rope
+    tok = {"b": b, "s": s, "h": h}
+    norm_params = 2 if cfg.norm == "layernorm" else 1
+    ops: list[Op] = []
+    if ql:
+        ops += [
+            Op("q_down", OpKind.MATMUL, {**tok, "ql": ql}, (("b", "s", "h"),), ("b", "s", "ql"), weight=("ql", "h"),
+               saved=(_linear_input(cfg, ("b", "s", "h")),)),
+            Op("q_norm", OpKind.NORM, {"b": b, "s": s, "ql": ql}, (("b", "s", "ql"),), ("b", "s", "ql"),
+               extra_params=norm_params * ql, flops_per_point=NORM_FLOPS_PER_ELEM,
+               saved=(SavedTensor("input", ("b", "s", "ql")),)),
+            Op("q_up", OpKind.MATMUL, {"b": b, "s": s, "ql": ql, "o": o}, (("b", "s", "ql"),), ("b", "s", "o"),
+               weight=("o", "ql"), saved=(SavedTensor("input", ("b", "s", "ql")),)),
+        ]
+    else:
+        ops.append(Op("q_proj", OpKind.MATMUL, {**tok, "o": o}, (("b", "s", "h"),), ("b", "s", "o"),
+                      weight=("o", "h"), saved=(_linear_input(cfg, ("b", "s", "h")),)))
+    ops += [
+        Op("kv_down", OpKind.MATMUL, {**tok, "kl": kl}, (("b", "s", "h"),), ("b", "s", "kl"), weight=("kl", "h"),
+           input_from=("ln1",)),
+        Op("kv_norm", OpKind.NORM, {"b": b, "s": s, "kl": kl, "kc": kc}, (("b", "s", "kl"),), ("b", "s", "kc"),
+           extra_params=norm_params * kc, flops_per_point=NORM_FLOPS_PER_ELEM,
+           saved=(SavedTensor("input", ("b", "s", "kc")),)),
+        Op("kv_up", OpKind.MATMUL, {"b": b, "s": s, "kc": kc, "kv": ko}, (("b", "s", "kc"),), ("b", "s", "kv"),
+           weight=("kv", "kc"), saved=(SavedTensor("input", ("b", "s", "kc")),)),
+        # RoPE on each query head's rope part and the one shared rope key (a few FLOPs per element turned)
+        Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "o": o}, (("b", "s", "o"),), ("b", "s", "o"),
+           flops_per_point=3.0 * (a + 1) * rope / o, traffic=(a + 1) * rope / o,
+           input_from=("q_up" if ql else "q_proj",)),
+        # scores over head_size, values over v_head_size: 2 x (head_size + v_head_size) FLOPs per score; the
+        # kernel keeps the queries, the keys (each head's no-RoPE part and the shared rope key) and the values
+        Op("attention", OpKind.ATTENTION, {"b": b, "s": s, "t": s, "a": a, "d": dq, "o": o, "kv": ko, "vo": vo},
+           (("b", "s", "o"), ("b", "t", "kv")), ("b", "s", "vo"), input_from=(None, "kv_up"),
+           flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0 * (dq + dv) / dq, causal=cfg.causal,
+           saved=(SavedTensor("q", ("b", "s", "o")), SavedTensor("kv", ("b", "t", "kv"), 2.0 * (dq + dv) / (ko // a)),
+                  SavedTensor("lse", ("b", "a", "s"), 4.0, selective_drop=True)),
+           selective_recompute=True, bwd_flops_factor=2.0, kernel=impl),
+        Op("proj", OpKind.MATMUL, {"b": b, "s": s, "vo": vo, "h": h}, (("b", "s", "vo"),), ("b", "s", "h"),
+           weight=("h", "vo"), extra_params=h if cfg.has_out_bias else 0,
+           saved=(SavedTensor("input", ("b", "s", "vo")),)),
+    ]
+    return ops
+
+
 def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
+    if cfg.kv_lora_rank:
+        return _mla_ops(cfg, b, s, impl)
     a, g, d = cfg.heads, cfg.kv, cfg.head_dim
     q, o, kv = (a + 2 * g) * d, a * d, g * d
     h = cfg.hidden
