@@ -69,8 +69,8 @@ def test_expert_columns_map_to_model_keys(cells: dict[str, str], tp: int, want: 
 
 
 @pytest.mark.parametrize(("cells", "tp", "reason"), [
-    ({"attention": "MLA (qk_nope=128, qk_rope=64, v_head=128)"}, 1, "multi-latent attention"),
-    ({"attention": "GQA, alternating sliding-window(128)/full attention"}, 1, "sliding-window"),
+    ({"attention": "MLA (qk_nope=128, qk_rope=64, v_head=128)"}, 1, "kv_lora_rank"),
+    ({"attention": "GQA, alternating sliding-window/full attention"}, 1, "without its window size"),
     ({"moe_layer_freq": "hybrid pattern MEMEM*EMEMEM*EM"}, 1, "Mamba2"),
     ({"etp": "1"}, 2, "expert tensor parallelism 1 differs from tp 2"),
     ({"etp": ""}, 2, "not stated with tp 2"),
@@ -182,3 +182,50 @@ def test_the_result_reports_active_parameters() -> None:
     r = trainsim.simulate({"model": {"name": "mixtral-8x7b"}, "cluster": {"name": "dgx-h100", "nodes": 1},
                            "strategy": {"global_batch": 8, "tp": 8}})
     assert r.to_json()["active_params"] == r.active_params < r.model_params
+
+
+def test_sliding_window_score_share_by_hand() -> None:
+    """A causal t x t score matrix: half of it; a window of w keys: t*w - w(w-1)/2 of its entries."""
+    from trainsim.cost.compute import attention_score_share
+    from trainsim.workload.ir import Op, OpKind
+
+    def op(window: int, causal: bool = True) -> Op:
+        return Op("attention", OpKind.ATTENTION, {"b": 1, "s": 8, "t": 8}, (("b", "s"),), ("b", "s"),
+                  causal=causal, window=window)
+
+    local = {"s": 8, "t": 8}
+    assert attention_score_share(op(0), local) == 0.5
+    assert attention_score_share(op(0, causal=False), local) == 1.0
+    assert attention_score_share(op(8), local) == 0.5  # a window as long as the sequence changes nothing
+    assert attention_score_share(op(3), local) == pytest.approx((8 * 3 - 3) / 64)  # rows see 1, 2, 3, 3, ... keys
+
+
+def test_gpt_oss_alternates_windowed_and_full_blocks() -> None:
+    """gpt-oss-120b (OpenAI's model card: 116.8B parameters): 36 blocks, every other one from the first on a
+    128-key window, a sink logit per head; the windowed blocks' attention is the cheaper."""
+    feats = {"experts": 128, "top_k": 4, "expert_ffn": 2880, "head_size": 64, "sliding_window": 128,
+             "window_layers": "alternate", "attention_sinks": True, "bias": True}
+    m = build_model("llama3-8b", 1, 4096, "flash", feats, layers=36, hidden=2880, heads=64, kv_heads=8, ffn=2880,
+                    vocab=201088)
+    assert m.params == pytest.approx(116.8e9, rel=0.01)
+    blocks = [lay for lay in m.layers if lay.kind == "transformer"]
+    windows = [next(op for op in lay.ops if op.name == "attention").window for lay in blocks]
+    assert windows == [128, 0] * 18
+    plain = build_model("llama3-8b", 1, 4096, "flash", {**feats, "attention_sinks": False}, layers=36, hidden=2880,
+                        heads=64, kv_heads=8, ffn=2880, vocab=201088)
+    assert m.params - plain.params == 36 * 64
+    job = {"model": {"name": "custom", "layers": 2, "hidden": 1024, "heads": 8, "seq_len": 8192},
+           "cluster": {"name": "dgx-h100", "nodes": 1}, "strategy": {"global_batch": 8}}
+    full = trainsim.simulate(job)
+    windowed = trainsim.simulate({**job, "model": {**job["model"], "sliding_window": 512}})
+    assert windowed.iteration_time_s < full.iteration_time_s
+
+
+def test_a_gpt_oss_row_maps_its_window_and_sinks() -> None:
+    row = _moe_row(attention="GQA, alternating sliding-window(128)/full attention, learnable softmax sinks",
+                   top_k="4", moe_ffn_hidden="2880")
+    got = moe_column_fields(row, 1)
+    assert isinstance(got, dict)
+    assert (got["sliding_window"], got["window_layers"], got["attention_sinks"]) == (128, "alternate", True)
+    assert moe_column_fields({**row, "attention": "GQA, sliding-window attention"}, 1) == \
+        "sliding-window attention without its window size"

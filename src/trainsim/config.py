@@ -96,6 +96,14 @@ class ModelSpec(_Strict):
                                     "of each query/key head (one rope key shared by the heads)")
     v_head_size: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="multi-latent attention: a value "
                                     "head's size (None: model.head_size)")
+    sliding_window: int | None = Field(None, ge=0, le=MAX_SEQ_LEN, description="sliding-window attention: each "
+                                       "query attends to the last this many keys (fused kernels compute only those "
+                                       "scores); 0: none")
+    window_layers: Literal["all", "alternate"] | None = Field(None, description="the blocks model.sliding_window "
+                                                              "applies to: all (Mistral) or alternate, every other one "
+                                                              "from the first (gpt-oss)")
+    attention_sinks: bool | None = Field(None, description="a learned logit per head in the attention softmax "
+                                         "(gpt-oss): one parameter per head and layer")
     experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
                                 "every layer's MLP (but model.first_dense_layers), each of model.expert_ffn features, "
                                 "beside model.shared_expert_ffn; None keeps the model's own (0 for dense models)")

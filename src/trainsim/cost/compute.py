@@ -52,6 +52,19 @@ def softmax_batch_per_block(sk: int) -> int:
     return (128 // warp) * (2 if pow2 <= 128 else 1)
 
 
+def attention_score_share(op: Op, local: Mapping[str, float]) -> float:
+    """The share of an attention op's queries x keys scores its kernel computes: all of them, half under a causal
+    mask, and under a sliding window of w keys (causal) the t*w - w(w-1)/2 of a t x t matrix that lie within w of
+    the diagonal (Mistral, gpt-oss's windowed layers)."""
+    if not op.causal:
+        return 1.0
+    t = float(local.get("t", local.get("s", 1)))
+    w = float(op.window)
+    if not w or w >= t:
+        return 0.5
+    return (t * w - w * (w - 1) / 2) / (t * t)
+
+
 def fused_softmax_available(local: Mapping[str, float], causal: bool) -> bool:
     """Megatron's FusedScaleMaskSoftmax.is_kernel_available on the per-rank shape (b, a, s, t):
     16 < sk <= 4096, sq and sk multiples of 4, b x heads a multiple of 4 and of the rows per
@@ -164,6 +177,8 @@ class RooflineCompute:
         p = self.params
         eff = (p.flash_fraction_bwd if bwd else p.flash_fraction_fwd) * p.attention_kernel_speed.get(op.kernel, 1.0)
         keys = max(1.0, float(local.get("t", local.get("s", 1))))
+        if op.window:  # a sliding window: every query's row of blocks is as short as the window
+            keys = min(keys, float(op.window))
         eff *= keys / (keys + p.attention_seq_half)
         d, dh = min(float(local.get("d", 128)), 128.0), p.attention_head_dim_half
         eff *= (d / (d + dh)) * ((128.0 + dh) / 128.0)
@@ -194,7 +209,7 @@ class RooflineCompute:
                 kernels += 1 if cast_bytes else 0
         elif op.kind == OpKind.ATTENTION:
             frac = self.attention_efficiency(op, local, bwd)
-            hw_flops = flops * (0.5 if op.causal else 1.0) * (1.25 if bwd else 1.0)  # bwd recomputes P
+            hw_flops = flops * attention_score_share(op, local) * (1.25 if bwd else 1.0)  # bwd recomputes P
             t = max(hw_flops / (peak * frac), bytes_ / hbm)
             kernels = 1
         elif op.kind == OpKind.EMBEDDING:

@@ -67,7 +67,6 @@ def moe_model_fields(settings: str, tp: int, framework: str) -> dict[str, Any] |
 
 _COLUMN_BLOCKERS: tuple[tuple[str, str], ...] = (
     (r"mamba|hybrid", "hybrid Mamba2 mixer layers"),
-    (r"sliding[- ]window", "sliding-window attention layers"),
 )
 
 
@@ -109,6 +108,15 @@ def moe_column_fields(row: dict[str, str], tp: int) -> dict[str, Any] | str | No
         if isinstance(mla, str):
             return mla
         out.update(mla)
+    attention = _cells(row, "attention")
+    if re.search(r"sliding[- ]window", attention):
+        window = re.search(r"sliding[- ]window\s*\(?\s*(\d+)", attention)
+        if window is None:
+            return "sliding-window attention without its window size"
+        out["sliding_window"] = int(window.group(1))
+        out["window_layers"] = "alternate" if re.search(r"alternat", attention) else "all"
+    if re.search(r"sinks", attention):
+        out["attention_sinks"] = True
     shared = _int_cell(row, "n_shared_experts") or 0
     if shared:
         out["shared_expert_ffn"] = shared * width

@@ -476,15 +476,16 @@ def _attention(row: dict[str, str], notes: dict[str, str]) -> str:
 
 # --- architecture ------------------------------------------------------------------------------------------
 
-_UNMODELLED_ARCH = (
-    (r"\bmla\b|multi-latent", "multi-latent attention (MLA)"),
-    (r"sliding[- ]window|\bswa\b", "sliding-window attention"),
-    (r"mamba|\bssm\b|hybrid", "Mamba / hybrid mixer layers"),
-    (r"parallel (?:attention|block|layers?|attn)", "parallel attention and MLP blocks"),
-    (r"softmax sinks|attention sinks", "attention sinks"),
-    (r"encoder-decoder|\bt5\b", "encoder-decoder"),
-    (r"geglu|reglu", "gated GeLU/ReLU MLP"),
-    (r"\bnope\b|no pos(?:ition)?[- ]emb", "no position encoding"),
+_UNMODELLED_ARCH: tuple[tuple[str, str, frozenset[str]], ...] = (
+    # (pattern, what, the model keys that express it where a row's columns give them: moe_rows)
+    (r"\bmla\b|multi-latent", "multi-latent attention (MLA)", frozenset({"kv_lora_rank"})),
+    (r"sliding[- ]window|\bswa\b", "sliding-window attention", frozenset({"sliding_window"})),
+    (r"mamba|\bssm\b|hybrid", "Mamba / hybrid mixer layers", frozenset()),
+    (r"parallel (?:attention|block|layers?|attn)", "parallel attention and MLP blocks", frozenset()),
+    (r"softmax sinks|attention sinks", "attention sinks", frozenset({"attention_sinks"})),
+    (r"encoder-decoder|\bt5\b", "encoder-decoder", frozenset()),
+    (r"geglu|reglu", "gated GeLU/ReLU MLP", frozenset()),
+    (r"\bnope\b|no pos(?:ition)?[- ]emb", "no position encoding", frozenset()),
 )
 _MLP = ((r"swiglu|swi-glu|silu[- ]?glu", "swiglu"),
         (r"squared[- ]?relu|relu\s*(?:\^|\*\*)\s*2|relu²|\brelu2\b|relu squared", "relu2"),
@@ -550,13 +551,16 @@ def _is_resnet(name: str) -> bool:
     return "resnet-50" in name.lower() or "resnet50" in name.lower()
 
 
-def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str, str], mla: bool = False
-           ) -> dict[str, Any]:
-    """The model keys of a row; `mla`: its multi-latent attention was read (moe_rows), so MLA is no blocker."""
+def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str, str],
+           read: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The model keys of a row; `read`: the model keys its expert columns already gave (moe_rows), whose
+    features (multi-latent attention, sliding windows, attention sinks) are then no blocker."""
     name = row.get("model_name", "")
     if _is_resnet(name):
         return {"name": "resnet50"}
-    for pat, what in _UNMODELLED_ARCH[1:] if mla else _UNMODELLED_ARCH:
+    for pat, what, keys in _UNMODELLED_ARCH:
+        if keys & read:
+            continue
         if re.search(pat, arch) or re.search(pat, _cell(row, "attention").lower()):
             raise RowSkip(ARCH_MODELLED, f"{what} ('{row.get('arch')}')")
     if "cnn" in arch:
@@ -580,6 +584,10 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
     elif re.search(_LLAMA, name.lower()):  # an arch text naming no family ("MoE (GQA ...)"): the model's name
         family, base = "Llama", LLAMA_FEATURES
         notes["family"] = f"'{name}': the Llama family's layers (the arch text names no family)"
+    elif re.search(r"gpt-oss", name.lower()):  # RMSNorm, SwiGLU, RoPE, untied, biased attention projections
+        family, base = "Llama", {**LLAMA_FEATURES, "bias": True}
+        notes["family"] = (f"'{name}': the Llama family's layers with biases (gpt-oss: RMSNorm, SwiGLU, RoPE, biased "
+                           "attention projections; its clamped SwiGLU priced as SwiGLU)")
     else:
         raise RowSkip(ARCH_UNKNOWN, f"'{row.get('arch')}' is no transformer family trainsim knows (GPT, MPT, "
                       "BLOOM, Nemotron, Llama, BERT)")
@@ -963,7 +971,7 @@ def _row_job(row: dict[str, str]) -> RowJob:
             row = {**row, "ffn_hidden": str(fields["expert_ffn"])}  # model.ffn sizes no layer: every MLP is MoE
             notes["ffn"] = "not stated: every layer is a mixture of experts (no dense MLP to size)"
     settings = _settings(_cell(row, "other_settings"))
-    model = {**_model(row, arch, settings, notes, mla="kv_lora_rank" in routed), **routed}
+    model = {**_model(row, arch, settings, notes, frozenset(routed)), **routed}
     cluster = _cluster(row, n_gpus, notes)
     if isinstance(cluster, str):
         raise RowSkip("GPU or cluster not expressible", cluster)

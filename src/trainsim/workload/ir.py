@@ -73,6 +73,7 @@ class Op:
     transient: tuple[SavedTensor, ...] = ()
     selective_recompute: bool = False  # attention core: dropped and recomputed under selective
     causal: bool = False
+    window: int = 0  # ATTENTION: each query sees at most this many keys (sliding-window attention); 0: all of them
     bytes_per_elem: float = 2.0
     bwd_flops_factor: float = 2.0  # backward FLOPs / forward FLOPs (dgrad + wgrad = 2)
     # ATTENTION only: the fused kernel that runs it (flash = FlashAttention-2, flash3, cudnn, triton)

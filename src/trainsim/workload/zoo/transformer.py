@@ -38,7 +38,8 @@ SP_SAVES = ("shard", "gathered")
 GLUS = ("fused", "unfused")
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
-            "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size")
+            "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
+            "sliding_window", "window_layers", "attention_sinks")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -91,6 +92,11 @@ class TransformerConfig:
     kv_lora_rank: int = 0
     qk_rope_dim: int = 0
     v_head_size: int | None = None
+    # sliding-window attention: each query attends to the last `sliding_window` keys (0: all) in every layer
+    # (window_layers "all": Mistral) or every other one, from the first (window_layers "alternate": gpt-oss)
+    sliding_window: int = 0
+    window_layers: str = "all"
+    attention_sinks: bool = False  # a learned logit per head in the softmax's denominator (gpt-oss): heads params
     qkv_bias: bool | None = None  # None: follow `bias` (Qwen2 has q/k/v biases only)
     out_bias: bool | None = None  # attention output projection bias; None: follow `bias`
     mlp_bias: bool | None = None  # MLP / expert-free FFN biases; None: follow `bias`
@@ -211,10 +217,14 @@ def _mla_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
     return ops
 
 
-def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
+def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str, window: int = 0) -> list[Op]:
+    """The attention of one block; `window`: its sliding window (keys per query, 0: all). A fused kernel
+    computes only the scores inside the window (cost.compute.attention_score_share); the unfused chain masks
+    the whole score matrix, at the whole cost. Attention sinks add one learned logit per head."""
     if cfg.kv_lora_rank:
         return _mla_ops(cfg, b, s, impl)
     a, g, d = cfg.heads, cfg.kv, cfg.head_dim
+    sinks = a if cfg.attention_sinks else 0
     q, o, kv = (a + 2 * g) * d, a * d, g * d
     h = cfg.hidden
     ops = [
@@ -237,7 +247,7 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
                    SavedTensor("kv2", ("b", "t", "kv")),
                    SavedTensor("lse", ("b", "a", "s"), 4.0, selective_drop=True)),
             # Megatron-core's selective recompute checkpoints core attention with flash kernels too
-            selective_recompute=True, bwd_flops_factor=2.0, kernel=impl))
+            selective_recompute=True, bwd_flops_factor=2.0, kernel=impl, window=window, extra_params=sinks))
     else:
         ops += [
             Op("scores", OpKind.BMM, core, (("b", "s", "o"), ("b", "t", "kv")), ("b", "a", "s", "t"),
@@ -250,7 +260,7 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op
                           ("b", "a", "s", "t"), flops_per_point=1.0, causal=cfg.causal, selective_recompute=True))
         ops += [
             Op("softmax", OpKind.SOFTMAX, {"b": b, "a": a, "s": s, "t": s}, (("b", "a", "s", "t"),),
-               ("b", "a", "s", "t"), flops_per_point=SOFTMAX_FLOPS_PER_ELEM, causal=cfg.causal,
+               ("b", "a", "s", "t"), flops_per_point=SOFTMAX_FLOPS_PER_ELEM, causal=cfg.causal, extra_params=sinks,
                saved=(SavedTensor("probs", ("b", "a", "s", "t"), 2.0, selective_drop=True),),
                selective_recompute=True),
         ]
@@ -362,11 +372,14 @@ def _shared_expert_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
                input_from=(None, "combine"))]
 
 
-def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str, moe: bool | None = None) -> list[Op]:
+def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str, moe: bool | None = None, window: int = 0
+               ) -> list[Op]:
     """The ops of one transformer block (every block of a kind has the same ones: only the layer's name
-    differs); `moe`: a mixture-of-experts block (default: whenever the model has experts)."""
+    differs); `moe`: a mixture-of-experts block (default: whenever the model has experts); `window`: its
+    attention's sliding window (0: none)."""
     moe = bool(cfg.experts) if moe is None else moe
-    return [_norm("ln1", cfg, b, s), *_attention_ops(cfg, b, s, impl), _dropout_add("attn_residual", cfg, b, s),
+    return [_norm("ln1", cfg, b, s), *_attention_ops(cfg, b, s, impl, window),
+            _dropout_add("attn_residual", cfg, b, s),
             _norm("ln2", cfg, b, s),
             *(_moe_ops(cfg, b, s) if moe else _mlp_ops(cfg, b, s)),
             _dropout_add("mlp_residual", cfg, b, s)]
@@ -511,12 +524,17 @@ def _eager(op: Op, cfg: TransformerConfig) -> Op:
     return replace(op, traffic=scale, launches=launches)
 
 
+WINDOW_LAYERS = ("all", "alternate")
+"""Which blocks a sliding window applies to: all (Mistral) or every other one from the first (gpt-oss)."""
+
+
 def _check_features(cfg: TransformerConfig) -> None:
     """mlp / position / norm must be ones the builder knows (a config from Python is not schema-checked)."""
     for key, value, known in (("mlp", cfg.mlp, MLPS), ("position", cfg.position, POSITIONS),
                               ("norm", cfg.norm, NORMS), ("kernels", cfg.kernels, KERNELS),
                               ("loss", cfg.loss, LOSSES), ("sp_saves", cfg.sp_saves, SP_SAVES),
-                              ("glu", cfg.glu or "fused", GLUS), ("head", cfg.head, HEADS)):
+                              ("glu", cfg.glu or "fused", GLUS), ("head", cfg.head, HEADS),
+                              ("window_layers", cfg.window_layers, WINDOW_LAYERS)):
         if value not in known:
             raise ConfigError(f"model.{key}", f"unknown {key} '{value}' for {cfg.name or 'the model'}",
                               f"use one of {', '.join(known)}")
@@ -546,10 +564,13 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     head = _classifier_head(cfg_s, batch, s) if cfg.head == "classifier" else _head(cfg_s, batch, s)
     # One block's ops, built once: ops are frozen values, so every block's own list holds the same objects
     # (the blocks differ only by name; lowering and costing key ops by value or per layer anyway).
-    kinds = [_block_ops(cfg_s, batch, s, attention)]  # a MoE model's first dense layers: a dense kind too
+    # a block's kind: (dense MLP (a MoE model's first layers), windowed attention); built once per kind
     dense = cfg.first_dense_layers if cfg.experts else 0  # fewer than the layers (zoo._check_heads)
-    if dense:
-        kinds.append(_block_ops(cfg_s, batch, s, attention, moe=False))
+    windowed = [bool(cfg.sliding_window) and (cfg.window_layers == "all" or i % 2 == 0) for i in range(cfg.layers)]
+    kind_of = [(i < dense, windowed[i]) for i in range(cfg.layers)]
+    keys = list(dict.fromkeys(kind_of))
+    kinds = [_block_ops(cfg_s, batch, s, attention, moe=None if not is_dense else False,
+                        window=cfg.sliding_window if win else 0) for is_dense, win in keys]
     if cfg.kernels == "eager":
         kinds = [[_eager(op, cfg) for op in ops] for ops in kinds]
         for layer in (embedding, head):
@@ -558,7 +579,7 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
         kinds = [[_lora(op, cfg) for op in ops] for ops in kinds]
         for layer in (embedding, head):
             layer.ops = [_lora(op, cfg) for op in layer.ops]
-    blocks: list[Module | Layer] = [Layer(f"layers.{i}", "transformer", list(kinds[1 if i < dense else 0]))
+    blocks: list[Module | Layer] = [Layer(f"layers.{i}", "transformer", list(kinds[keys.index(kind_of[i])]))
                                     for i in range(cfg.layers)]
     root = Module(cfg.name, [embedding, Module("layers", blocks), head])
     return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description,
