@@ -229,3 +229,52 @@ def test_a_gpt_oss_row_maps_its_window_and_sinks() -> None:
     assert (got["sliding_window"], got["window_layers"], got["attention_sinks"]) == (128, "alternate", True)
     assert moe_column_fields({**row, "attention": "GQA, sliding-window attention"}, 1) == \
         "sliding-window attention without its window size"
+
+
+def test_mtp_modules_add_a_block_and_a_projection_on_the_last_stage() -> None:
+    """DeepSeek-V3's MTP module (its report, sec. 2.2): one more block, a 2h -> h projection and two norms, the
+    embedding and output head shared with the main model (so not counted again)."""
+    feats = {"mlp": "swiglu", "bias": False, "norm": "rmsnorm", "tied_embeddings": False}
+    dims = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 1024, "vocab": 1000}
+    plain = build_model("custom", 1, 256, "flash", feats, **dims)
+    mtp = build_model("custom", 1, 256, "flash", {**feats, "mtp_layers": 1}, **dims)
+    block = next(lay for lay in plain.layers if lay.kind == "transformer").params
+    assert mtp.params - plain.params == block + 2 * 512 * 512 + 2 * 512 + 512  # block, eh_proj, 2 norms, final norm
+    names = [lay.name for lay in mtp.layers]
+    assert names[-3:] == ["mtp.0.embed", "mtp.0", "head"]
+    job = {"model": {"name": "custom", **dims, **feats}, "cluster": {"name": "dgx-h100", "nodes": 1},
+           "strategy": {"global_batch": 16, "pp": 2, "dp": 4}}
+    base = trainsim.simulate(job)
+    more = trainsim.simulate({**job, "model": {**job["model"], "mtp_layers": 1}})
+    # the MTP module lives on the last stage: its memory grows, the first stage's does not
+    assert more.memory[0].peak_bytes == pytest.approx(base.memory[0].peak_bytes)
+    assert more.memory[-1].peak_bytes > base.memory[-1].peak_bytes
+    assert more.iteration_time_s > base.iteration_time_s
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("et*4|(t*4|)*14tml", "etttt|" + "tttt|" * 14 + "tml"),
+    ("et*2|(t*2|)*2tml", "ett|tt|tt|tml"),
+    ("e|t*3|t*3l", "e|ttt|tttl"),
+])
+def test_megatron_pipeline_layouts_expand(text: str, want: str) -> None:
+    assert tr._expand_layout(text) == want
+
+
+def test_a_pipeline_layout_gives_the_layers_per_chunk() -> None:
+    notes: dict[str, str] = {}
+    assert tr._layout_split("etttt|tttt|tttt|tml", 13, 1, 4, 1, notes) == [4, 4, 4, 1]
+    assert "layers per chunk" in notes["stage_layers"]
+    for layout, layers, mtp, pp, why in (("ett|ttl", 4, 0, 3, "chunks for pp"), ("ett|tml", 4, 0, 2, "multi-token-prediction"),
+                                         ("ett|ttl", 5, 0, 2, "the model has 5"), ("tt|ettl", 4, 0, 2, "embedding")):
+        with pytest.raises(tr.RowSkip, match=why):
+            tr._layout_split(layout, layers, mtp, pp, 1, {})
+
+
+def test_mtp_and_layout_settings_map() -> None:
+    st = tr._settings("MTP: recipe default mtp_num_layers=1 (not stated in table); pp_layout=Et*2|(t*2|)*2tmL")
+    assert st.features["mtp_layers"] == 1 and st.layout == "ett|tt|tt|tml"
+    assert tr._settings("mtp-num-layers=2").features["mtp_layers"] == 2
+    assert "mtp_layers" not in tr._settings("MTP disabled").features
+    rj = tr.row_job(training_row(other_settings="mtp-num-layers=1", pp="2", dp="4"))  # a dense GPT with an MTP
+    assert not isinstance(rj, str) and rj.job["model"]["mtp_layers"] == 1

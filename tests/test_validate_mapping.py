@@ -231,7 +231,6 @@ def test_attention_backend_flags(setting: str, kernel: str) -> None:
     ("finetune=LoRA r=8 on q,gate_proj", "setting not expressible"),
     ("packed=False", "setting not expressible"),
     ("decoder-first-pipeline-num-layers=2", "setting not expressible"),
-    ("mtp-num-layers=1", "setting not expressible"),
     ("Shampoo optimizer (page note)", "setting not expressible"),
     ("multi-latent-attention=True", "architecture not modelled"),
     ("position-embedding-type=none", "architecture not modelled"),

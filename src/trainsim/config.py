@@ -104,6 +104,9 @@ class ModelSpec(_Strict):
                                                               "from the first (gpt-oss)")
     attention_sinks: bool | None = Field(None, description="a learned logit per head in the attention softmax "
                                          "(gpt-oss): one parameter per head and layer")
+    mtp_layers: int | None = Field(None, ge=0, le=MAX_LAYERS, description="multi-token prediction modules "
+                                   "(DeepSeek-V3: 1; Megatron --mtp-num-layers): each one more block, a 2h -> h "
+                                   "projection and the output head and loss again, on the last pipeline stage")
     experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
                                 "every layer's MLP (but model.first_dense_layers), each of model.expert_ffn features, "
                                 "beside model.shared_expert_ffn; None keeps the model's own (0 for dense models)")

@@ -25,7 +25,7 @@ from .tree import (
 
 TP_DIMS = frozenset({"q", "a", "g", "o", "kv", "vo", "f", "f2", "v"})
 SP_OPS = frozenset({"ln1", "ln2", "attn_residual", "mlp_residual", "final_norm", "embed_dropout", "dispatch",
-                    "combine"})
+                    "combine", "mtp_enorm", "mtp_hnorm", "mtp_concat", "mtp_final_norm"})
 SP_SAVED = (("qkv", "input"), ("q_down", "input"), ("q_proj", "input"), ("fc1", "input"), ("router", "input"),
             ("lm_head", "input"))
 EXPERT_OPS = frozenset({"expert_fc1", "expert_act", "expert_fc2"})
@@ -299,7 +299,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
         if layer is None:
             continue
         node.chunk = chunk_of[layer.name]
-        if layer.kind in ("embedding", "head") and p.recompute != "none":
+        if layer.kind in ("embedding", "head", "mtp_embedding") and p.recompute != "none":
             node.recompute_mode = "none"  # Megatron checkpoints transformer layers only
         key = tuple(map(id, layer.ops))  # the ops live as long as the model: ids are stable here
         first = derived.get(key)

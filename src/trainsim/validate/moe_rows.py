@@ -1,5 +1,6 @@
-"""Mixture-of-experts rows (Megatron-Core's MoE test models) that trainsim's MoE layer represents, and why the
-others are not.
+"""Mixture-of-experts rows that trainsim's MoE layer represents, and why the others are not: Megatron-Core's
+MoE test models (their experts in other_settings: moe_model_fields) and moe_runs.csv's rows (their experts,
+multi-latent attention and windows in columns: moe_column_fields).
 
 trainsim's MoE block (workload/zoo/transformer.py `_moe_ops`) routes a layer's MLP through `experts` experts
 of `expert_ffn` features each (--moe-ffn-hidden-size; default the dense --ffn-hidden-size), `top_k` per token,
@@ -8,7 +9,9 @@ shared expert beside them (--moe-shared-expert-intermediate-size); the first `fi
 a dense MLP (--moe-layer-freq of the form [0]*k+[1]*n). That is Megatron-Core's layout when:
 - the experts' tensor parallelism is the dense layers' (Megatron: --expert-tensor-parallel-size defaults to
   --tensor-model-parallel-size, megatron/training/arguments.py);
-- attention is ordinary (no multi-latent attention) and there are no multi-token-prediction layers.
+- attention is ordinary: a Megatron row's multi-latent attention (its sizes in flags trainsim does not read)
+  is named as not modelled; moe_runs.csv states MLA's sizes, which map (model.kv_lora_rank, ...).
+Multi-token-prediction layers (--mtp-num-layers) map to model.mtp_layers (training_runs' settings rules).
 --moe-router-topk defaults to 2 (Megatron's arguments.py).
 
 Megatron routes droplessly by default (no --moe-expert-capacity-factor): each expert's tokens are the mean,
@@ -27,7 +30,6 @@ MEGATRON_DEFAULT_TOP_K = 2
 
 _BLOCKERS: tuple[tuple[str, str], ...] = (
     (r"multi-latent-attention\s*=\s*true", "multi-latent attention (MLA)"),
-    (r"mtp-num-layers\s*=\s*[1-9]", "multi-token-prediction layers"),
     (r"moe-expert-capacity-factor\s*=", "a token capacity per expert (dropping)"),
 )
 
@@ -91,8 +93,6 @@ def moe_column_fields(row: dict[str, str], tp: int) -> dict[str, Any] | str | No
     for pattern, what in _COLUMN_BLOCKERS:
         if re.search(pattern, _cells(row, "attention", "moe_layer_freq", "arch")):
             return f"{what} not modelled"
-    if re.search(r"\bmtp\b|multi-token", _cells(row, "other_settings", "arch")):
-        return "multi-token-prediction layers not modelled"
     top_k, width = _int_cell(row, "top_k"), _int_cell(row, "moe_ffn_hidden")
     if top_k is None or width is None:
         return "top_k or moe_ffn_hidden not stated"

@@ -646,6 +646,7 @@ class _Settings:
     offload_activations: bool = False  # checkpointed layer inputs in CPU memory (strategy.offload_activations)
     stages: dict[str, int] = field(default_factory=dict)  # first_stage_layers / last_stage_layers
     accounted: set[str] = field(default_factory=set)  # embedding / loss counted in the pipeline split (Megatron)
+    layout: str | None = None  # Megatron's pipeline layout ('Et*4|(t*4|)*14tmL'), expanded: chunks split by '|'
     features: dict[str, Any] = field(default_factory=dict)
     dropout: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -689,6 +690,40 @@ def _account_for(m: re.Match[str], st: _Settings) -> None:
     first (last) virtual stage in the even split."""
     if _on(m, 2):
         st.accounted.add(m.group(1))
+
+
+def _expand_layout(text: str) -> str:
+    """Megatron's --pipeline-model-parallel-layout with its repeats written out: 'x*n' repeats the letter before
+    it and '(...)*n' the group, e.g. 'Et*2|(t*2|)*2tmL' -> 'Ett|tt|tt|tmL'."""
+    group = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while (m := group.search(text)) is not None:
+        text = text[:m.start()] + m.group(1) * int(m.group(2)) + text[m.end():]
+    return re.sub(r"([a-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+
+
+def _layout(m: re.Match[str], st: _Settings) -> None:
+    """A pipeline layout string (Megatron-Bridge's pp_layout): kept expanded for _layout_split."""
+    st.layout = _expand_layout(m.group(1).replace(" ", ""))
+
+
+def _layout_split(layout: str, layers: int, mtp: int, pp: int, vpp: int, notes: dict[str, str]) -> list[int]:
+    """Transformer layers per pipeline chunk from a pipeline layout: its '|'-separated chunks (pp x vpp, in
+    pipeline order), 't' a transformer layer, 'E' the embedding (first chunk), 'm' a multi-token-prediction
+    module and 'L' the loss (last chunk, where trainsim places them)."""
+    chunks = layout.split("|")
+    where = f"pipeline layout '{layout}'"
+    if len(chunks) != pp * vpp:
+        raise RowSkip(SETTING, f"{where}: {len(chunks)} chunks for pp x vpp = {pp * vpp}")
+    if not re.fullmatch(r"[etml|]*", layout) or "e" not in chunks[0] or "l" not in chunks[-1]:
+        raise RowSkip(SETTING, f"{where}: the embedding first and the loss last, transformer layers (t) and "
+                      "MTP modules (m) between, are what trainsim places")
+    if any("m" in c for c in chunks[:-1]) or chunks[-1].count("m") != mtp:
+        raise RowSkip(SETTING, f"{where}: {mtp} multi-token-prediction module(s), all on the last chunk")
+    counts = [c.count("t") for c in chunks]
+    if sum(counts) != layers:
+        raise RowSkip(SETTING, f"{where}: {sum(counts)} transformer layers, the model has {layers}")
+    notes["stage_layers"] = f"Megatron pipeline layout: {counts} layers per chunk"
+    return counts
 
 
 def _accounted_split(layers: int, pp: int, vpp: int, accounted: set[str], notes: dict[str, str]) -> list[int]:
@@ -859,8 +894,9 @@ _RULES: list[tuple[str, Action]] = [
     (r"kernels\s*=.*deepep.*", _ok),  # DeepEP's dispatch and combine priced as trainsim's all-to-all
     (r"recipe .*", _ok),  # where a recipe's settings come from (the other columns carry them)
     (r"num-experts.*|moe-.*|moe_.*|ep a2a.*|.*deepep.*", _skip(MOE, "expert layers in other_settings")),
-    (r"mtp-num-layers\s*=\s*[1-9]\d*|mtp enabled.*|mtp: recipe default mtp_num_layers\s*=\s*[1-9].*",
-     _skip(SETTING, "multi-token prediction layers")),
+    (r"(?:mtp-num-layers\s*=\s*|mtp: recipe default mtp_num_layers\s*=\s*)([1-9]\d*).*",
+     _feature("mtp_layers", lambda m: int(m.group(1)))),
+    (r"mtp enabled.*", _feature("mtp_layers", 1)),  # DeepSeek-V3's depth (its report; the recipes' default)
     (r"mtp-num-layers\s*=\s*0|mtp disabled.*", _ok),
     # settings that change the step and are not expressible
     (r"activation[_ ](?:cpu[_ ])?offload(?:ing)?\s*=\s*(?:true|on)", _offload_activations),
@@ -872,6 +908,8 @@ _RULES: list[tuple[str, Action]] = [
     (r"account-for-(embedding|loss)-in-pipeline-split(?:\s*=\s*(true|false))?", _account_for),
     (r"decoder-first-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("first_stage_layers")),
     (r"decoder-last-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("last_stage_layers")),
+    (r"(?:pipeline-model-parallel-layout\s*=\s*|pp_layout\s*[:=]\s*(?:set_layout\(cfg\.model,\s*)?)'?"
+     r"([etml|()*\d\s]+?)'?\)?\s*", _layout),
     (r"decoder-(?:first|last)-pipeline-num-layers.*|account-for-(?:embedding|loss)-in-pipeline-split.*|"
      r"pipeline-model-parallel-layout.*|pp_layout.*", _skip(SETTING, "uneven pipeline layout")),
     (r"fp8-param-gather\s*=\s*true", _fp8_params),
@@ -1022,6 +1060,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if settings.stages and (pp == 1 or vpp > 1):
         raise RowSkip(SETTING, f"uneven pipeline stages with pp = {pp}, vpp = {vpp}")
     strategy.update(settings.stages)
+    if settings.layout is not None:
+        if settings.stages or settings.accounted:
+            raise RowSkip(SETTING, "a pipeline layout beside first/last stage layers or account-for-* settings")
+        strategy["stage_layers"] = _layout_split(settings.layout, model["layers"], int(model.get("mtp_layers", 0)),
+                                                 pp, vpp, notes)
     if settings.accounted:
         if settings.stages:
             raise RowSkip(SETTING, "account-for-*-in-pipeline-split with an uneven first or last stage")

@@ -39,7 +39,7 @@ GLUS = ("fused", "unfused")
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
-            "sliding_window", "window_layers", "attention_sinks")
+            "sliding_window", "window_layers", "attention_sinks", "mtp_layers")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -97,6 +97,7 @@ class TransformerConfig:
     sliding_window: int = 0
     window_layers: str = "all"
     attention_sinks: bool = False  # a learned logit per head in the softmax's denominator (gpt-oss): heads params
+    mtp_layers: int = 0  # multi-token prediction modules after the blocks (DeepSeek-V3: 1; _mtp_layers)
     qkv_bias: bool | None = None  # None: follow `bias` (Qwen2 has q/k/v biases only)
     out_bias: bool | None = None  # attention output projection bias; None: follow `bias`
     mlp_bias: bool | None = None  # MLP / expert-free FFN biases; None: follow `bias`
@@ -415,6 +416,34 @@ def _head(cfg: TransformerConfig, b: int, s: int) -> Layer:
     return Layer("head", "head", ops, tied_to="embedding" if tied else None, tied_op="lm_head" if tied else None)
 
 
+def _mtp_layers(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Layer]:
+    """Multi-token prediction (DeepSeek-V3, arXiv:2412.19437, sec. 2.2; Megatron --mtp-num-layers), one module
+    per depth on the last pipeline stage: the tokens one further ahead embedded with the main embedding's
+    weight (a copy where the embedding lives on another stage, its gradient summed with it), that embedding and
+    the hidden state normed, their concatenation projected from 2 x hidden to hidden, one more block (a MoE
+    block in a MoE model) and the output head and loss again, with the main head's weight. Each module is two
+    layers: the embedding lookup (its own layer, for its weight's tie) and the rest. They run after the blocks
+    and before the main head: the same work as Megatron's order (its head runs first), on the same stage."""
+    h, v = cfg.hidden, cfg.vocab
+    head_tie = "embedding" if cfg.tied_embeddings else "head"
+    out: list[Layer] = []
+    for k in range(cfg.mtp_layers):
+        embed = Op("mtp_embed", OpKind.EMBEDDING, {"b": b, "s": s, "h": h, "v": v}, (("b", "s"),), ("b", "s", "h"),
+                   weight=("v", "h"), flop_dims=("b", "s", "h"), flops_per_point=1.0)
+        out.append(Layer(f"mtp.{k}.embed", "mtp_embedding", [embed], tied_to="embedding", tied_op="mtp_embed"))
+        head = {op.name: op for op in _head(cfg, b, s).ops}
+        ops = [_norm("mtp_enorm", cfg, b, s), _norm("mtp_hnorm", cfg, b, s),
+               Op("mtp_concat", OpKind.ELEMENTWISE, {"b": b, "s": s, "h": h, "h2": 2 * h}, (("b", "s", "h"),),
+                  ("b", "s", "h2"), flops_per_point=0.0),
+               Op("eh_proj", OpKind.MATMUL, {"b": b, "s": s, "h2": 2 * h, "h": h}, (("b", "s", "h2"),),
+                  ("b", "s", "h"), weight=("h", "h2"), saved=(_linear_input(cfg, ("b", "s", "h2")),)),
+               *_block_ops(cfg, b, s, impl),
+               replace(head["final_norm"], name="mtp_final_norm"), replace(head["lm_head"], name="mtp_lm_head"),
+               replace(head["loss"], name="mtp_loss")]
+        out.append(Layer(f"mtp.{k}", "mtp", ops, tied_to=head_tie, tied_op="mtp_lm_head"))
+    return out
+
+
 CLASSIFIER_LABELS = 2
 """Labels of the sequence-classification head: transformers' PretrainedConfig.num_labels default (2), which
 AutoModelForSequenceClassification keeps unless num_labels is given."""
@@ -571,23 +600,24 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     keys = list(dict.fromkeys(kind_of))
     kinds = [_block_ops(cfg_s, batch, s, attention, moe=None if not is_dense else False,
                         window=cfg.sliding_window if win else 0) for is_dense, win in keys]
+    mtp = _mtp_layers(cfg_s, batch, s, attention)
     if cfg.kernels == "eager":
         kinds = [[_eager(op, cfg) for op in ops] for ops in kinds]
-        for layer in (embedding, head):
+        for layer in (embedding, head, *mtp):
             layer.ops = [_eager(op, cfg) for op in layer.ops]
     if cfg.lora_rank:
         kinds = [[_lora(op, cfg) for op in ops] for ops in kinds]
-        for layer in (embedding, head):
+        for layer in (embedding, head, *mtp):
             layer.ops = [_lora(op, cfg) for op in layer.ops]
     blocks: list[Module | Layer] = [Layer(f"layers.{i}", "transformer", list(kinds[keys.index(kind_of[i])]))
                                     for i in range(cfg.layers)]
-    root = Module(cfg.name, [embedding, Module("layers", blocks), head])
+    root = Module(cfg.name, [embedding, Module("layers", blocks), *mtp, head])
     return Model(cfg.name, cfg.family, root, seq_len=s, description=cfg.description,
                  assumptions=cfg.assumptions, hyper={
         "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,
         "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.experts, "top_k": cfg.top_k if cfg.experts else 0,
         "expert_ffn": (cfg.expert_ffn or cfg.ffn) if cfg.experts else 0, "shared_expert_ffn": cfg.shared_expert_ffn,
-        "first_dense_layers": dense, "attention": attention})
+        "first_dense_layers": dense, "attention": attention, "mtp_layers": cfg.mtp_layers})
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 50257, seq: int = 2048,
