@@ -278,3 +278,51 @@ def test_mtp_and_layout_settings_map() -> None:
     assert "mtp_layers" not in tr._settings("MTP disabled").features
     rj = tr.row_job(training_row(other_settings="mtp-num-layers=1", pp="2", dp="4"))  # a dense GPT with an MTP
     assert not isinstance(rj, str) and rj.job["model"]["mtp_layers"] == 1
+
+
+def test_recompute_plans_by_module() -> None:
+    """What each of Megatron's recompute modules re-runs and stops keeping, on a MoE block with a shared expert."""
+    from trainsim.compile.recompute import recompute_plan
+
+    m = build_model("custom", 2, 256, "flash", {"mlp": "swiglu", "bias": False, "experts": 4, "top_k": 2,
+                                                "shared_expert_ffn": 512}, layers=1, hidden=256, heads=4, ffn=512)
+    ops = next(lay for lay in m.layers if lay.kind == "transformer").ops
+    act = recompute_plan(ops, frozenset({"moe_act"}))
+    assert act.rerun == {"expert_act"} and act.dropped == {("expert_fc2", "input")}
+    assert act.remakes == {"expert_act": (("expert_fc2", "input"),)}  # remade by the re-run activation
+    norms = recompute_plan(ops, frozenset({"layernorm"}))
+    assert norms.rerun == {"ln1", "ln2"} and norms.dropped == {("qkv", "input"), ("router", "input")}
+    core = recompute_plan(ops, frozenset({"core_attn"}))
+    assert core.rerun == {"attention"} and core.dropped == {("attention", "lse")}
+    moe = recompute_plan(ops, frozenset({"moe"}))
+    assert ("router", "input") not in moe.dropped and ("expert_fc1", "input") in moe.dropped  # the input stays
+    assert recompute_plan(ops, frozenset({"mla_up_proj"})).rerun == frozenset()  # no MLA in this block
+
+
+def test_recompute_modules_trade_memory_for_time() -> None:
+    job = {"model": {"name": "custom", "layers": 4, "hidden": 1024, "heads": 8, "mlp": "swiglu", "bias": False,
+                     "experts": 8, "top_k": 2, "seq_len": 2048},
+           "cluster": {"name": "dgx-h100", "nodes": 1}, "strategy": {"global_batch": 16, "ep": 8, "dp": 8}}
+
+    def run(recompute: str, modules: list[str] | None = None) -> tuple[float, float]:
+        strategy = {**job["strategy"], "recompute": recompute, **({"recompute_modules": modules} if modules else {})}
+        r = trainsim.simulate({**job, "strategy": strategy})
+        return r.iteration_time_s, max(r.peak_memory_bytes)
+
+    none, core, act, moe, full = (run("none"), run("selective"), run("selective", ["moe_act"]),
+                                  run("selective", ["moe"]), run("full"))
+    assert run("selective", ["core_attn"]) == core  # the attention core is what selective has always meant
+    assert none[1] > act[1] > moe[1] > full[1]  # each drops more of what the block keeps
+    assert none[0] < act[0] < moe[0] < full[0]  # and re-runs more of it
+    with pytest.raises(trainsim.ConfigError, match=r"^strategy\.recompute_modules:"):
+        trainsim.simulate({**job, "strategy": {**job["strategy"], "recompute_modules": ["moe_act"]}})
+
+
+def test_a_row_naming_recompute_modules_maps_them() -> None:
+    rj = tr.row_job(training_row(recompute="selective: layernorm,moe_act", **{k: v for k, v in QWEN3_ROW.items()
+                                                                            if k != "recompute"}))
+    assert not isinstance(rj, str), rj
+    assert rj.job["strategy"]["recompute"] == "selective"
+    assert rj.job["strategy"]["recompute_modules"] == ["layernorm", "moe_act"]
+    why = tr.row_job(training_row(recompute="selective: attention_projection"))
+    assert isinstance(why, str) and "attention_projection" in why

@@ -160,9 +160,18 @@ def test_only_an_empty_recompute_cell_takes_the_default(text: str) -> None:
     assert rj.job["strategy"]["recompute"] == "none" and rj.assumptions["recompute"].startswith("not stated")
 
 
+@pytest.mark.parametrize(("text", "modules"), [
+    ("selective: mlp", ["mlp"]),
+    ("selective (modules=[layernorm mla_up_proj mlp moe_act])", ["layernorm", "mla_up_proj", "mlp", "moe_act"]),
+    ("selective (modules=[core_attn])", None),
+])
+def test_recompute_modules_map(text: str, modules: list[str] | None) -> None:
+    strategy = _strategy(recompute=text)
+    assert strategy["recompute"] == "selective" and strategy.get("recompute_modules") == modules
+
+
 @pytest.mark.parametrize(("text", "category"), [
-    ("selective: mlp", "recompute not expressible"),
-    ("selective (modules=[layernorm mla_up_proj mlp moe_act])", "recompute not expressible"),
+    ("selective: attention_projection", "recompute not expressible"),
     ("selective (modules = base-recipe default, not resolved by extractor)", "recompute not expressible"),
     ("selective_ac_option=2 (selective)", "recompute not expressible"),
     ("full (method=block, num_layers=2)", "recompute not expressible"),

@@ -77,7 +77,7 @@ from .sim.result import (
 from .strategy.placement import placement
 from .strategy.precision import Precision
 from .strategy.presets import ParallelSpec, build_strategy
-from .strategy.tree import StrategyTree
+from .strategy.tree import StrategyTree, selective_mode
 from .workload.hf import build_hf_model
 from .workload.ir import Model
 from .workload.zoo import FEATURES, build_model, is_transformer, model_names
@@ -218,7 +218,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                           "use --schedule interleaved (or 1f1b) with --vpp, or --vpp 1 with gpipe")
     gb = s.global_batch or s.micro_batch * dp
     return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.sequence_parallel,
-                        zero=3 if s.fsdp else s.zero, recompute=s.recompute,
+                        zero=3 if s.fsdp else s.zero,
+                        recompute=selective_mode(s.recompute_modules) if s.recompute == "selective" else s.recompute,
                         schedule="interleaved" if s.vpp > 1 and s.schedule not in ("dynamic", "zb-h1")
                         else s.schedule,
                         max_ongoing=s.max_ongoing_micro_batch, micro_batch=s.micro_batch,

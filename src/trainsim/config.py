@@ -256,6 +256,12 @@ class StrategySpec(_Strict):
                               "replicas of each sharding group; states are sharded over dp / dp_replicate ranks "
                               "and gradients all-reduced across the replicas")
     recompute: Literal["none", "selective", "full"] = "none"
+    recompute_modules: list[Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "shared_experts",
+                                    "moe"]] | None = Field(
+        None, min_length=1, description="with recompute selective: the parts of a block re-run in the backward "
+        "(Megatron-Core's --recompute-modules; default core_attn, the attention core): moe_act (the experts' "
+        "activation), layernorm (the two norms), mla_up_proj (MLA's up projections and RoPE), mlp, "
+        "shared_experts, moe")
     schedule: Literal["gpipe", "1f1b", "interleaved", "dynamic", "zb-h1"] = Field(
         "1f1b", description="pipeline order; dynamic: Proteus' HTAE scheduler (backward first, forward under "
         "the cap) played out on the stage costs; zb-h1: zero-bubble ZB-H1 (Qi et al. 2024), each backward split "
@@ -306,6 +312,9 @@ class StrategySpec(_Strict):
             raise ConfigError("strategy.overlap_param_gather", "needs sharded parameters (ZeRO >= 1 or FSDP): "
                               "without them there is no parameter all-gather to hide",
                               "add --zero 1 (distributed optimizer), or drop --overlap-param-gather")
+        if self.recompute_modules is not None and self.recompute != "selective":
+            raise ConfigError("strategy.recompute_modules", f"names what selective recompute re-runs, but recompute "
+                              f"is {self.recompute}", "set recompute: selective, or drop recompute_modules")
         if self.offload_activations and self.recompute != "full":
             raise ConfigError("strategy.offload_activations", f"offloads each layer's checkpointed input, but recompute "
                               f"is {self.recompute}", "add --recompute full, or drop --offload-activations")

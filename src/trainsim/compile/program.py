@@ -32,8 +32,8 @@ import numpy as np
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import NF4_BYTES_PER_PARAM, Precision
-from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree
-from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpKind, OpValues
+from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree, recompute_modules
+from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpKind, OpValues, SavedTensor
 from .layout import (
     Layout,
     input_grad_layout,
@@ -44,6 +44,7 @@ from .layout import (
     tensor_bytes,
     weight_grad_partial,
 )
+from .recompute import RecomputePlan, recompute_plan
 
 
 class Stream(IntEnum):
@@ -498,17 +499,38 @@ class _Lowerer:
         dims = op.inputs[i]
         return tensor_bytes(op, dims, restrict(split, dims), self.mesh, op.bytes_per_elem * self.act_scale)
 
-    def _saved(self, op: Op, leaf: LeafConfig, split: Split, recompute: str) -> tuple[float, float]:
+    def _plan(self, layer: Layer, recompute: str) -> RecomputePlan | None:
+        """What a selective recompute mode re-runs and drops in `layer` (None: none or full recompute)."""
+        modules = recompute_modules(recompute)
+        if modules is None:
+            return None
+        return self.templates.value(("recompute", self.templates.layer_key(layer), recompute),
+                                    lambda: recompute_plan(layer.ops, modules))
+
+    def _tensor_bytes(self, op: Op, t: SavedTensor, leaf: LeafConfig, split: Split) -> float:
+        s = split if t.as_used else {**split, **leaf.saved.get((op.name, t.name), {})}
+        return tensor_bytes(op, t.dims, s, self.mesh, t.bytes_per_elem * self.act_scale)
+
+    def _saved(self, op: Op, leaf: LeafConfig, split: Split, recompute: str, plan: RecomputePlan | None
+               ) -> tuple[float, float]:
         """(bytes kept from forward, bytes re-materialised by recompute) of one op."""
         kept = recomputed = 0.0
         for t in op.saved:
-            s = split if t.as_used else {**split, **leaf.saved.get((op.name, t.name), {})}
-            b = tensor_bytes(op, t.dims, s, self.mesh, t.bytes_per_elem * self.act_scale)
-            if recompute == "full" or (recompute == "selective" and t.selective_drop):
+            b = self._tensor_bytes(op, t, leaf, split)
+            if recompute == "full" or (plan is not None and (op.name, t.name) in plan.dropped):
                 recomputed += b
             else:
                 kept += b
         return kept, recomputed
+
+    def _remade(self, op: Op, layer: Layer, leaf: LeafConfig, plan: RecomputePlan) -> float:
+        """Bytes a re-run op makes again for the ops that consume its output (their dropped saved tensors)."""
+        total = 0.0
+        for consumer, name in plan.remakes.get(op.name, ()):
+            c = next(o for o in layer.ops if o.name == consumer)
+            t = next(x for x in c.saved if x.name == name)
+            total += self._tensor_bytes(c, t, leaf, leaf.ops.get(c.name, {}))
+        return total
 
     def _transient(self, op: Op, split: Split) -> float:
         """Bytes of the op's transient tensors (Op.transient) in the op's own layout: its step allocates and
@@ -558,9 +580,10 @@ class _Lowerer:
         outs: dict[str, tuple[Layout, float]] = {}
         producer: dict[str, Op] = {}
         cur, cur_op = prev, None
+        plan = self._plan(layer, recompute)
         for k, op in enumerate(layer.ops):
             split = leaf.ops.get(op.name, {})
-            run = not only_selective or op.selective_recompute
+            run = not only_selective or (plan is not None and op.name in plan.rerun)
             for i, dims in enumerate(op.inputs):
                 src_name = op.input_from[i] if i < len(op.input_from) else None
                 if src_name == "@skip":
@@ -576,14 +599,14 @@ class _Lowerer:
                     if 0 < full_in < full_out:
                         size *= full_in / full_out
                 self._collectives(steps, src[0], dims, split, size, layer.name, phase, f"{layer.name}.{op.name}.in{i}")
-            kept, recomputed = self._saved(op, leaf, split, recompute)
+            kept, recomputed = self._saved(op, leaf, split, recompute, plan)
             if run:
                 if phase == "fwd":
                     alloc = kept
                     if recompute == "full" and k == 0 and checkpoint is not None:
                         alloc += checkpoint[1]  # the layer input is the checkpoint (freed by backward_layer)
                 else:
-                    alloc = recomputed
+                    alloc = recomputed + (self._remade(op, layer, leaf, plan) if plan is not None else 0.0)
                 temp = self._transient(op, split) if op.transient else 0.0
                 steps.append(self._compute(op, split, layer.name, phase, alloc=alloc + temp, free=temp))
             out = (output_layout(op, split), self._out_bytes(op, split))
@@ -604,9 +627,9 @@ class _Lowerer:
 
     def _backward_layer(self, layer: Layer, leaf: LeafConfig, recompute: str, grad: Tensor | None,
                         prev: Tensor | None, steps: list[Step]) -> Tensor | None:
-        if recompute in ("full", "selective"):
-            self.forward_layer(layer, leaf, recompute, prev, steps, phase="recompute",
-                               only_selective=recompute == "selective")
+        plan = self._plan(layer, recompute)
+        if recompute == "full" or (plan is not None and plan.rerun):
+            self.forward_layer(layer, leaf, recompute, prev, steps, phase="recompute", only_selective=plan is not None)
         outs: dict[str, tuple[Layout, Split]] = {op.name: (output_layout(op, leaf.ops.get(op.name, {})),
                                                             leaf.ops.get(op.name, {})) for op in layer.ops}
         first_step = len(steps)
@@ -616,7 +639,7 @@ class _Lowerer:
             if grad is not None:
                 self._collectives(steps, grad[0], op.output, split, grad[1], layer.name, "bwd",
                                   f"{layer.name}.{op.name}.dout")
-            kept, recomputed = self._saved(op, leaf, split, recompute)
+            kept, recomputed = self._saved(op, leaf, split, recompute, plan)
             free = kept + recomputed
             if recompute == "full" and k == 0 and prev is not None:
                 free += prev[1]

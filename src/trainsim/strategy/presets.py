@@ -21,6 +21,7 @@ from .tree import (
     WeightConfig,
     sharded_weight_config,
     state_config,
+    valid_recompute_mode,
 )
 
 TP_DIMS = frozenset({"q", "a", "g", "o", "kv", "vo", "f", "f2", "v"})
@@ -81,7 +82,7 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
                  "choose tp dividing the kv heads or a multiple of them")
     _require(p.schedule in SCHEDULES, "schedule", f"unknown pipeline schedule '{p.schedule}'",
              f"use one of {', '.join(SCHEDULES)}")
-    _require(p.recompute in RECOMPUTE_MODES, "recompute", f"unknown recompute mode '{p.recompute}'",
+    _require(valid_recompute_mode(p.recompute), "recompute", f"unknown recompute mode '{p.recompute}'",
              f"use one of {', '.join(RECOMPUTE_MODES)}")
     _require(0 <= p.zero <= 3, "zero", f"ZeRO stage must be 0..3, got {p.zero}", "use 0, 1, 2 or 3 (3 = FSDP)")
     _require(p.offload in ("none", "cpu", "nvme", "remote"), "offload", f"unknown offload target '{p.offload}'",

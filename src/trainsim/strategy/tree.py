@@ -31,6 +31,37 @@ from .mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 Split = dict[str, tuple[str, ...]]  # dimension name -> mesh axes that split it (outermost last)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "shared_experts", "moe")
+"""The parts of a block selective recompute may re-run (Megatron-Core's --recompute-modules; compile.recompute
+says what each drops and re-runs). 'selective' alone is core_attn; 'selective:moe_act+layernorm' names them."""
+
+
+def selective_mode(modules: Iterable[str] | None) -> str:
+    """The recompute mode of selective recompute of `modules` ('selective' for the attention core alone)."""
+    chosen = sorted(set(modules or ()))
+    return "selective" if not chosen or chosen == ["core_attn"] else "selective:" + "+".join(chosen)
+
+
+def recompute_modules(mode: str) -> frozenset[str] | None:
+    """The modules a selective recompute mode re-runs (None: 'none' or 'full'); raises ValueError on a mode that
+    is none of RECOMPUTE_MODES or 'selective:' with known module names."""
+    if mode in ("none", "full"):
+        return None
+    if mode == "selective":
+        return frozenset({"core_attn"})
+    head, _, rest = mode.partition(":")
+    chosen = frozenset(rest.split("+")) if rest else frozenset()
+    if head != "selective" or not chosen or not chosen <= set(RECOMPUTE_MODULES):
+        raise ValueError(mode)
+    return chosen
+
+
+def valid_recompute_mode(mode: str) -> bool:
+    try:
+        recompute_modules(mode)
+    except ValueError:
+        return False
+    return True
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "dynamic", "zb-h1")
 STATE_ITEMS = ("weight", "grad", "optimizer")
 PARTIAL_KINDS = CONTRACTION_KINDS | {OpKind.EMBEDDING, OpKind.LOSS}
@@ -251,9 +282,10 @@ class StrategyNode:
 
     def recompute(self, mode: str = "full") -> StrategyNode:
         """Recompute this subtree's activations in the backward pass: 'full', 'selective' or 'none'."""
-        if mode not in RECOMPUTE_MODES:
+        if not valid_recompute_mode(mode):
             raise ConfigError(f"strategy.{self.name}", f"unknown recompute mode '{mode}'",
-                              f"use one of {', '.join(RECOMPUTE_MODES)}")
+                              f"use one of {', '.join(RECOMPUTE_MODES)}, or selective:<modules> joined by + "
+                              f"(modules: {', '.join(RECOMPUTE_MODULES)})")
         self.recompute_mode = mode
         return self
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..strategy.tree import RECOMPUTE_MODULES, selective_mode
 from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
 from .moe_rows import moe_column_fields, moe_model_fields, moe_note
@@ -193,8 +194,8 @@ _CORE_ATTN = {"core_attn", "core_attention", "attention core", "core attention"}
 
 
 def _recompute(text: str, notes: dict[str, str]) -> str:
-    """The `recompute` cell -> none | selective | full. trainsim's selective recomputes the attention core
-    (Korthikanti et al.; Megatron's default recompute module core_attn); other module lists skip."""
+    """The `recompute` cell -> none | selective | full, or selective:<modules> where it names Megatron's
+    recompute modules (selective alone: the attention core, Korthikanti et al., Megatron's default)."""
     t = text.lower().strip()
     if _unstated(t):
         notes["recompute"] = "not stated: Megatron default (none)"
@@ -212,11 +213,16 @@ def _recompute(text: str, notes: dict[str, str]) -> str:
             raise RowSkip("recompute not expressible", f"'{text}': selective recompute of unstated modules")
         m = re.search(r"modules\s*=\s*\[([^\]]*)\]", t) or re.search(r"selective\s*:\s*([a-z_, ]+)$", t)
         if m:
-            mods = {x for x in re.split(r"[\s,]+", m.group(1).strip()) if x}
+            mods = {x.strip("'\"") for x in re.split(r"[\s,]+", m.group(1).strip()) if x.strip("'\"")}
             if mods and mods <= _CORE_ATTN:
                 return "selective"
-            raise RowSkip("recompute not expressible", f"selective recompute of {', '.join(sorted(mods))}: "
-                          "trainsim's selective recomputes the attention core only")
+            named = {("core_attn" if x in _CORE_ATTN else x) for x in mods}
+            unknown = sorted(named - set(RECOMPUTE_MODULES))
+            if unknown:
+                raise RowSkip("recompute not expressible", f"selective recompute of {', '.join(unknown)}: not one "
+                              f"of Megatron's recompute modules trainsim re-runs ({', '.join(RECOMPUTE_MODULES)})")
+            notes["recompute_modules"] = ", ".join(sorted(named))
+            return selective_mode(named)
         if re.fullmatch(r"selective\s*(\((core[_ ]attn|core attention|attention core|attention)\))?", t):
             return "selective"
         raise RowSkip("recompute not understood", f"'{text}'")
@@ -1032,7 +1038,10 @@ def _row_job(row: dict[str, str]) -> RowJob:
     sp = _seq_parallel(_cell(row, "seq_parallel"), tp, bool(settings.tp_comm_overlap), notes)
     if sp:
         strategy["sequence_parallel"] = True
-    strategy["recompute"] = _recompute(_cell(row, "recompute"), notes)
+    recompute = _recompute(_cell(row, "recompute"), notes)  # 'selective:a+b': the modules named
+    strategy["recompute"] = recompute.partition(":")[0]
+    if ":" in recompute:
+        strategy["recompute_modules"] = sorted(recompute.partition(":")[2].split("+"))
     if settings.offload_activations:
         if strategy["recompute"] != "full":
             raise RowSkip(SETTING, f"activation offloading with recompute {strategy['recompute']} (trainsim "
