@@ -326,3 +326,17 @@ def test_a_row_naming_recompute_modules_maps_them() -> None:
     assert rj.job["strategy"]["recompute_modules"] == ["layernorm", "moe_act"]
     why = tr.row_job(training_row(recompute="selective: attention_projection"))
     assert isinstance(why, str) and "attention_projection" in why
+
+
+@pytest.mark.parametrize(("model", "field"), [
+    ({"q_lora_rank": 64}, "model.q_lora_rank"),  # MLA keys without kv_lora_rank
+    ({"kv_lora_rank": 64, "head_size": 64, "qk_rope_dim": 64}, "model.qk_rope_dim"),
+    ({"kv_lora_rank": 64, "head_size": 96, "qk_rope_dim": 32, "qk_norm": True}, "model.qk_norm"),
+    ({"kv_lora_rank": 64, "head_size": 96, "qk_rope_dim": 32, "sliding_window": 128}, "model.sliding_window"),
+    ({"window_layers": "every_third"}, "model.window_layers"),
+])
+def test_attention_keys_that_do_not_fit_are_refused(model: dict[str, Any], field: str) -> None:
+    job = {"model": {"name": "custom", "layers": 2, "hidden": 512, "heads": 8, **model},
+           "cluster": {"name": "dgx-h100", "nodes": 1}}
+    with pytest.raises(trainsim.ConfigError, match=rf"^{field.replace('.', '[.]')}:"):
+        trainsim.simulate(job)

@@ -308,48 +308,41 @@ def dgx_b300(nodes: int = 1) -> Cluster:
     )
 
 
-def gb300_nvl72(nodes: int = 1) -> Cluster:
-    """GB300 NVL72: 72 Blackwell Ultra GPUs in one NVLink5 switch domain (a 'node' here is the rack, as for
-    gb200-nvl72), one 800 Gb/s ConnectX-8 per GPU to the next rack."""
+def _nvl72(name: str, device: str, nodes: int, nic_gbps: float, nic: str, source: str) -> Cluster:
+    """A rack of 72 GPUs in one NVLink5 switch domain (18 links x 50 GB/s = 900 GB/s per GPU per direction),
+    one NIC per GPU to the next rack. A 'node' here is the NVLink domain (the rack), not a compute tray: GPUs in
+    different trays of a rack talk over NVLink, not the NIC."""
     return Cluster(
-        name="gb300-nvl72",
-        device=get_device("gb300"),
+        name=name,
+        device=get_device(device),
         gpus_per_node=72,
         nodes=nodes,
         levels=(
             Level("nvswitch", "switch", 72, 900.0, NVLINK_LATENCY_S),
-            Level("infiniband", "switch", nodes, _per_gpu_nic_gbps(72, 100.0, 72), IB_LATENCY_S),
+            Level("infiniband", "switch", nodes, _per_gpu_nic_gbps(72, nic_gbps, 72), IB_LATENCY_S),
         ),
         nics_per_node=72,
-        nic_gbps=100.0,
-        description="72x GB300 GPUs per NVLink domain (NVLink5, 18 links x 50 GB/s = 900 GB/s per GPU per "
-        "direction, 130 TB/s aggregate); InfiniBand across racks modelled as one switch.",
-        source="NVIDIA GB300 NVL72 datasheet: 72 Blackwell Ultra GPUs, 130 TB/s NVLink bandwidth (1.8 TB/s "
-        "bidirectional per GPU), 72 ConnectX-8 SuperNICs (800 Gb/s per GPU).",
+        nic_gbps=nic_gbps,
+        description=f"72x {device.upper()} GPUs per NVLink domain (NVLink5, 18 links x 50 GB/s = 900 GB/s per GPU "
+        f"per direction, 130 TB/s aggregate), one {nic} per GPU; InfiniBand across racks modelled as one switch.",
+        source=source,
     )
+
+
+def gb300_nvl72(nodes: int = 1) -> Cluster:
+    """GB300 NVL72: 72 Blackwell Ultra GPUs in one NVLink5 switch domain, one 800 Gb/s ConnectX-8 per GPU."""
+    return _nvl72("gb300-nvl72", "gb300", nodes, 100.0, "800 Gb/s ConnectX-8",
+                  "NVIDIA GB300 NVL72 datasheet: 72 Blackwell Ultra GPUs, 130 TB/s NVLink bandwidth (1.8 TB/s "
+                  "bidirectional per GPU), 72 ConnectX-8 SuperNICs (800 Gb/s per GPU).")
 
 
 def gb200_nvl72(nodes: int = 1) -> Cluster:
     """GB200 NVL72: 72 Blackwell GPUs (36 GB200 superchips in 18 compute trays of 4) in one NVLink5 switch
-    domain, one 400 Gb/s ConnectX-7 per GPU to the next rack. A 'node' here is the NVLink domain (the rack),
-    not a compute tray: GPUs in different trays of a rack talk over NVLink, not the NIC."""
-    return Cluster(
-        name="gb200-nvl72",
-        device=get_device("gb200"),
-        gpus_per_node=72,
-        nodes=nodes,
-        levels=(
-            Level("nvswitch", "switch", 72, 900.0, NVLINK_LATENCY_S),
-            Level("infiniband", "switch", nodes, _per_gpu_nic_gbps(72, 50.0, 72), IB_LATENCY_S),
-        ),
-        nics_per_node=72,
-        nic_gbps=50.0,
-        description="72x GB200 GPUs per NVLink domain (NVLink5, 18 links x 50 GB/s = 900 GB/s per GPU per "
-        "direction, 130 TB/s aggregate); InfiniBand across racks modelled as one switch.",
-        source="NVIDIA GB200 NVL72 datasheet: 72 Blackwell GPUs, 130 TB/s NVLink bandwidth (1.8 TB/s "
-        "bidirectional per GPU); NICs assumed one ConnectX-7 400 Gb/s per GPU as in the reference "
-        "architecture's compute fabric.",
-    )
+    domain, one 400 Gb/s ConnectX-7 per GPU to the next rack."""
+    return _nvl72("gb200-nvl72", "gb200", nodes, 50.0, "400 Gb/s ConnectX-7",
+                  "NVIDIA GB200 NVL72 datasheet: 72 Blackwell GPUs, 130 TB/s NVLink bandwidth (1.8 TB/s "
+                  "bidirectional per GPU); NICs assumed one ConnectX-7 400 Gb/s per GPU as in the reference "
+                  "architecture's compute fabric.")
 
 
 def dgx1_v100(nodes: int = 1) -> Cluster:

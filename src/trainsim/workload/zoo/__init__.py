@@ -83,6 +83,19 @@ def _check_heads(cfg: TransformerConfig, given: dict[str, int | None], features:
         if not cfg.experts and (features or {}).get(key):
             raise ConfigError(f"model.{key}", "only applies to a mixture of experts",
                               "set model.experts, or drop it")
+    if not cfg.kv_lora_rank:
+        for key in ("q_lora_rank", "qk_rope_dim", "v_head_size"):
+            if getattr(cfg, key):
+                raise ConfigError(f"model.{key}", "only applies to multi-latent attention",
+                                  "set model.kv_lora_rank (MLA), or drop it")
+    else:
+        if cfg.qk_rope_dim >= cfg.head_dim:
+            raise ConfigError("model.qk_rope_dim", f"{cfg.qk_rope_dim} RoPE dims leave none of the {cfg.head_dim}-dim "
+                              "query/key heads", "use a model.head_size above model.qk_rope_dim")
+        for key in ("qk_norm", "sliding_window", "attention_sinks"):
+            if getattr(cfg, key):
+                raise ConfigError(f"model.{key}", "is not modelled with multi-latent attention",
+                                  "drop it, or model.kv_lora_rank")
     if cfg.experts and cfg.first_dense_layers >= cfg.layers:
         raise ConfigError("model.first_dense_layers", f"keeps {cfg.first_dense_layers} of {cfg.layers} layers dense, "
                           "leaving no MoE layer", f"use fewer than {cfg.layers}, or a dense model (no experts)")

@@ -550,7 +550,7 @@ def _eager(op: Op, cfg: TransformerConfig) -> Op:
     if key is None:
         return op
     scale, launches = EAGER_CHAINS[key]
-    return replace(op, traffic=scale, launches=launches)
+    return replace(op, traffic=op.traffic * scale, launches=launches)  # an op's own share (qk_norm) stays
 
 
 WINDOW_LAYERS = ("all", "alternate")
