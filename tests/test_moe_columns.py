@@ -340,3 +340,9 @@ def test_attention_keys_that_do_not_fit_are_refused(model: dict[str, Any], field
            "cluster": {"name": "dgx-h100", "nodes": 1}}
     with pytest.raises(trainsim.ConfigError, match=rf"^{field.replace('.', '[.]')}:"):
         trainsim.simulate(job)
+
+
+def test_a_moe_runs_row_without_its_expert_columns_says_so() -> None:
+    row = training_row(**{**QWEN3_ROW, "n_experts": "", "top_k": "", "moe_ffn_hidden": ""})
+    why = tr.row_job(row)
+    assert isinstance(why, str) and "architecture not stated" in why

@@ -1004,6 +1004,8 @@ def _row_job(row: dict[str, str]) -> RowJob:
     routed: dict[str, Any] = {}
     if not _is_resnet(name) and (moe := _moe(row, arch)):
         fields = moe_column_fields(row, _count(row, "tp") or 1)  # moe_runs.csv states them in columns
+        if fields is None and "moe_ffn_hidden" in row:  # that file's format, its expert columns left empty
+            raise RowSkip(MOE, f"{moe}: architecture not stated (n_experts, top_k, moe_ffn_hidden empty)")
         if fields is None:
             fields = moe_model_fields(_cell(row, "other_settings"), _count(row, "tp") or 1,
                                       _cell(row, "source_group") + " " + _cell(row, "source"))
