@@ -43,7 +43,8 @@ def _reference_transformer(name: str, batch: int, attention: str, kernels: str, 
                         "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.experts,
                         "top_k": cfg.top_k if cfg.experts else 0,
                         "expert_ffn": (cfg.expert_ffn or cfg.ffn) if cfg.experts else 0,
-                        "shared_expert_ffn": cfg.shared_expert_ffn, "first_dense_layers": 0, "attention": attention})
+                        "shared_expert_ffn": cfg.shared_expert_ffn, "first_dense_layers": 0, "attention": attention,
+                        "mtp_layers": 0})
 
 
 def _model_value(m: Model) -> tuple:
