@@ -57,34 +57,31 @@ def _moe_row(**cells: str) -> dict[str, str]:
     return {**base, **cells}
 
 
-@pytest.mark.parametrize(("cells", "tp", "want"), [
-    ({}, 1, {"experts": 128, "top_k": 8, "expert_ffn": 768}),
+@pytest.mark.parametrize(("cells", "want"), [
+    ({}, {"experts": 128, "top_k": 8, "expert_ffn": 768}),
     ({"n_shared_experts": "1", "moe_ffn_hidden": "2048", "first_k_dense": "3", "moe_layer_freq": "[0]*3+[1]*58",
-      "attention": "GQA"}, 1, {"experts": 128, "top_k": 8, "expert_ffn": 2048, "shared_expert_ffn": 2048,
-                                "first_dense_layers": 3}),
-    ({"etp": "2"}, 2, {"experts": 128, "top_k": 8, "expert_ffn": 768}),
+      "attention": "GQA"}, {"experts": 128, "top_k": 8, "expert_ffn": 2048, "shared_expert_ffn": 2048,
+                             "first_dense_layers": 3}),
 ])
-def test_expert_columns_map_to_model_keys(cells: dict[str, str], tp: int, want: dict[str, Any]) -> None:
-    assert moe_column_fields(_moe_row(**cells), tp) == want
+def test_expert_columns_map_to_model_keys(cells: dict[str, str], want: dict[str, Any]) -> None:
+    assert moe_column_fields(_moe_row(**cells)) == want
 
 
-@pytest.mark.parametrize(("cells", "tp", "reason"), [
-    ({"attention": "MLA (qk_nope=128, qk_rope=64, v_head=128)"}, 1, "kv_lora_rank"),
-    ({"attention": "GQA, alternating sliding-window/full attention"}, 1, "without its window size"),
-    ({"moe_layer_freq": "hybrid pattern MEMEM*EMEMEM*EM"}, 1, "Mamba2"),
-    ({"etp": "1"}, 2, "expert tensor parallelism 1 differs from tp 2"),
-    ({"etp": ""}, 2, "not stated with tp 2"),
-    ({"moe_layer_freq": "[0]*2+[1]*10"}, 1, "disagrees with first_k_dense 0"),
-    ({"top_k": ""}, 1, "top_k or moe_ffn_hidden not stated"),
+@pytest.mark.parametrize(("cells", "reason"), [
+    ({"attention": "MLA (qk_nope=128, qk_rope=64, v_head=128)"}, "kv_lora_rank"),
+    ({"attention": "GQA, alternating sliding-window/full attention"}, "without its window size"),
+    ({"moe_layer_freq": "hybrid pattern MEMEM*EMEMEM*EM"}, "Mamba2"),
+    ({"moe_layer_freq": "[0]*2+[1]*10"}, "disagrees with first_k_dense 0"),
+    ({"top_k": ""}, "top_k or moe_ffn_hidden not stated"),
 ])
-def test_what_the_moe_layer_cannot_represent_is_named(cells: dict[str, str], tp: int, reason: str) -> None:
-    got = moe_column_fields(_moe_row(**cells), tp)
+def test_what_the_moe_layer_cannot_represent_is_named(cells: dict[str, str], reason: str) -> None:
+    got = moe_column_fields(_moe_row(**cells))
     assert isinstance(got, str) and reason in got
 
 
 def test_a_row_without_expert_columns_is_left_to_its_settings() -> None:
-    assert moe_column_fields({"n_experts": ""}, 1) is None
-    assert moe_column_fields({}, 1) is None
+    assert moe_column_fields({"n_experts": ""}) is None
+    assert moe_column_fields({}) is None
 
 
 QWEN3_ROW = dict(
@@ -170,11 +167,11 @@ def test_an_mla_row_reads_its_head_sizes_and_ranks() -> None:
     row = _moe_row(attention="MLA (qk_nope=128, qk_rope=64, v_head=128; no GQA)", kv_lora_rank="512",
                    q_lora_rank="1536", n_experts="256", moe_ffn_hidden="2048", n_shared_experts="1",
                    first_k_dense="3", moe_layer_freq="[0]*3+[1]*58")
-    got = moe_column_fields(row, 1)
+    got = moe_column_fields(row)
     assert isinstance(got, dict)
     assert {k: got[k] for k in ("kv_lora_rank", "q_lora_rank", "head_size", "qk_rope_dim", "v_head_size")} == {
         "kv_lora_rank": 512, "q_lora_rank": 1536, "head_size": 192, "qk_rope_dim": 64, "v_head_size": 128}
-    missing = moe_column_fields({**row, "kv_lora_rank": ""}, 1)
+    missing = moe_column_fields({**row, "kv_lora_rank": ""})
     assert isinstance(missing, str) and "kv_lora_rank" in missing
 
 
@@ -224,10 +221,10 @@ def test_gpt_oss_alternates_windowed_and_full_blocks() -> None:
 def test_a_gpt_oss_row_maps_its_window_and_sinks() -> None:
     row = _moe_row(attention="GQA, alternating sliding-window(128)/full attention, learnable softmax sinks",
                    top_k="4", moe_ffn_hidden="2880")
-    got = moe_column_fields(row, 1)
+    got = moe_column_fields(row)
     assert isinstance(got, dict)
     assert (got["sliding_window"], got["window_layers"], got["attention_sinks"]) == (128, "alternate", True)
-    assert moe_column_fields({**row, "attention": "GQA, sliding-window attention"}, 1) == \
+    assert moe_column_fields({**row, "attention": "GQA, sliding-window attention"}) == \
         "sliding-window attention without its window size"
 
 
@@ -278,6 +275,9 @@ def test_mtp_and_layout_settings_map() -> None:
     assert "mtp_layers" not in tr._settings("MTP disabled").features
     rj = tr.row_job(training_row(other_settings="mtp-num-layers=1", pp="2", dp="4"))  # a dense GPT with an MTP
     assert not isinstance(rj, str) and rj.job["model"]["mtp_layers"] == 1
+    laid = tr.row_job(training_row(other_settings="pp_layout=Et*2|t*2mL", pp="2", dp="4"))  # m: an MTP module
+    assert not isinstance(laid, str), laid
+    assert laid.job["model"]["mtp_layers"] == 1 and laid.job["strategy"]["stage_layers"] == [2, 2]
 
 
 def test_recompute_plans_by_module() -> None:
@@ -346,3 +346,31 @@ def test_a_moe_runs_row_without_its_expert_columns_says_so() -> None:
     row = training_row(**{**QWEN3_ROW, "n_experts": "", "top_k": "", "moe_ffn_hidden": ""})
     why = tr.row_job(row)
     assert isinstance(why, str) and "architecture not stated" in why
+
+
+def test_expert_tensor_parallelism_folds_whole_experts_over_tp_and_ep() -> None:
+    """Megatron's MoE parallel folding: with etp 1 the experts are whole and spread over tp x ep ranks, so the
+    ep group (here tp 2 x 4 inside one node) carries the dispatch, the experts add no tp collective, and each
+    rank stores its whole experts (twice the expert weights of etp = tp, which halves each expert)."""
+    job = {"model": {"name": "mixtral-8x7b", "seq_len": 4096}, "cluster": {"name": "dgx-h100", "nodes": 2},
+           "strategy": {"tp": 2, "ep": 8, "dp": 8, "global_batch": 64, "sequence_parallel": True, "zero": 1}}
+    split = trainsim.simulate(job)
+    folded = trainsim.simulate({**job, "strategy": {**job["strategy"], "etp": 1}})
+    assert folded.breakdown["tp"] < split.breakdown["tp"]  # the experts' reduce-scatters are gone
+    assert folded.breakdown["ep"] < split.breakdown["ep"]  # the dispatch stays inside a node
+    assert max(folded.peak_memory_bytes) > max(split.peak_memory_bytes)
+    assert trainsim.simulate({**job, "strategy": {**job["strategy"], "etp": 2}}).iteration_time_s == \
+        split.iteration_time_s  # etp = tp is the default
+    for strategy, field in (({"etp": 4}, "strategy.etp"), ({"etp": 1, "ep": 3}, "strategy.ep")):
+        with pytest.raises(trainsim.ConfigError, match=rf"^{field.replace('.', '[.]')}:"):
+            trainsim.simulate({**job, "strategy": {**job["strategy"], **strategy}})
+
+
+def test_rows_map_their_expert_tensor_parallelism() -> None:
+    rows = {"etp": "1", "tp": "2", "dp": "4", "n_gpus": "8", "seq_parallel": "true"}
+    rj = tr.row_job(training_row(**{**QWEN3_ROW, **rows}))
+    assert not isinstance(rj, str), rj
+    assert rj.job["strategy"]["etp"] == 1
+    unstated = tr.row_job(training_row(**{**QWEN3_ROW, **rows, "etp": ""}))
+    assert not isinstance(unstated, str) and "etp" not in unstated.job["strategy"]
+    assert "Megatron's default" in unstated.assumptions["etp"]

@@ -35,28 +35,27 @@ def test_top_k_needs_enough_experts(model: dict[str, int]) -> None:
 
 def test_fields_from_megatron_flags() -> None:
     mlm = "Megatron-LM CI"
-    assert moe_model_fields("num-experts=8; moe-router-topk=2; moe-ffn-hidden-size=1024", 1, mlm) == {
+    assert moe_model_fields("num-experts=8; moe-router-topk=2; moe-ffn-hidden-size=1024", mlm) == {
         "experts": 8, "top_k": 2, "expert_ffn": 1024}
     assert moe_model_fields("num-experts=8; moe-shared-expert-intermediate-size=512; moe-layer-freq=([0]*1+[1]*3)",
-                            1, mlm) == {"experts": 8, "top_k": 2, "shared_expert_ffn": 512, "first_dense_layers": 1}
-    assert moe_model_fields("num-experts=4", 2, mlm) == {"experts": 4, "top_k": 2}  # Megatron's default top-k
-    assert moe_model_fields("num-experts=4; expert-tensor-parallel-size=2", 2, mlm) == {"experts": 4, "top_k": 2}
+                            mlm) == {"experts": 8, "top_k": 2, "shared_expert_ffn": 512, "first_dense_layers": 1}
+    assert moe_model_fields("num-experts=4", mlm) == {"experts": 4, "top_k": 2}  # Megatron's default top-k
+    assert moe_model_fields("num-experts=4; expert-tensor-parallel-size=2", mlm) == {"experts": 4, "top_k": 2}
 
 
 def test_only_megatron_flags_map() -> None:
     """Another framework's defaults (top-k, expert TP) are not Megatron's: its MoE rows keep a named skip."""
-    assert "only Megatron-Core" in str(moe_model_fields("num-experts=8", 1, "torchtitan"))
-    assert "only Megatron-Core" in str(moe_model_fields("", 1, "Megatron-LM"))  # experts not in the flags
+    assert "only Megatron-Core" in str(moe_model_fields("num-experts=8", "torchtitan"))
+    assert "only Megatron-Core" in str(moe_model_fields("", "Megatron-LM"))  # experts not in the flags
 
 
 @pytest.mark.parametrize(("settings", "reason"), [
     ("num-experts=8; moe-layer-freq=([1]*1+[0]*3)", "moe-layer-freq"),
     ("num-experts=8; moe-layer-freq=2", "moe-layer-freq"),
     ("num-experts=8; multi-latent-attention=True", "multi-latent attention"),
-    ("num-experts=8; expert-tensor-parallel-size=1", "expert tensor parallelism 1 differs from tp 2"),
 ])
 def test_unrepresentable_moe_is_named(settings: str, reason: str) -> None:
-    got = moe_model_fields(settings, 2, "megatron_ci_golden")
+    got = moe_model_fields(settings, "megatron_ci_golden")
     assert isinstance(got, str) and reason in got
 
 

@@ -217,7 +217,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
         raise ConfigError("strategy.schedule", f"gpipe has no virtual stages (vpp={s.vpp})",
                           "use --schedule interleaved (or 1f1b) with --vpp, or --vpp 1 with gpipe")
     gb = s.global_batch or s.micro_batch * dp
-    return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, vpp=s.vpp, sequence_parallel=s.sequence_parallel,
+    return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.etp, vpp=s.vpp,
+                        sequence_parallel=s.sequence_parallel,
                         zero=3 if s.fsdp else s.zero,
                         recompute=selective_mode(s.recompute_modules) if s.recompute == "selective" else s.recompute,
                         schedule="interleaved" if s.vpp > 1 and s.schedule not in ("dynamic", "zb-h1")

@@ -255,6 +255,10 @@ class StrategySpec(_Strict):
     dp_replicate: int = Field(1, ge=1, le=MAX_GPUS, description="hybrid sharding (HSDP, FSDP2's 2-D mesh): "
                               "replicas of each sharding group; states are sharded over dp / dp_replicate ranks "
                               "and gradients all-reduced across the replicas")
+    etp: int | None = Field(None, ge=1, le=MAX_GPUS, description="expert tensor parallelism (Megatron "
+                            "--expert-tensor-parallel-size): None or tp, the experts' features split over tp like "
+                            "the dense MLP; 1 with tp > 1, MoE parallel folding: whole experts spread over tp x ep "
+                            "ranks (ep counts them all)")
     recompute: Literal["none", "selective", "full"] = "none"
     recompute_modules: list[Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "shared_experts",
                                     "moe"]] | None = Field(

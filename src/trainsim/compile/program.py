@@ -467,9 +467,11 @@ class _Templates:
 
 
 def _category(axes: tuple[str, ...], grad: bool) -> str:
+    """A collective's time category: dp for gradient work; else the first of ep (only expert ops split over it:
+    token dispatch, even where it also crosses tp), tp, cp, dp among its axes."""
     if grad:
         return "dp"
-    for c in ("tp", "cp", "ep", "dp"):
+    for c in ("ep", "tp", "cp", "dp"):
         if c in axes:
             return c
     return "dp"

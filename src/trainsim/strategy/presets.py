@@ -41,6 +41,10 @@ class ParallelSpec:
     pp: int = 1
     cp: int = 1
     ep: int = 1
+    # expert tensor parallelism (Megatron --expert-tensor-parallel-size): None or tp, the experts split their
+    # features over tp as the dense MLP does; 1 (with tp > 1), MoE parallel folding: the experts are whole and
+    # spread over tp x ep ranks (ep counts them all, so tp divides it)
+    etp: int | None = None
     vpp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B when > 1)
     sequence_parallel: bool = False
     zero: int = 0  # 0..3; FSDP full-shard is 3
@@ -130,8 +134,16 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
         _require(experts > 0, "ep", f"expert parallelism needs a mixture-of-experts model, {model.name} has none",
                  "use --ep 1 or a MoE model such as mixtral-8x7b")
         _require(experts % p.ep == 0, "ep", f"{experts} experts not divisible by ep={p.ep}", "choose ep dividing the experts")
-        _require(p.dp % p.ep == 0, "ep", f"ep={p.ep} must divide dp={p.dp} (experts are sharded inside the data axis)",
-                 "choose ep dividing dp")
+    if p.etp is not None and p.etp != p.tp:
+        _require(p.etp == 1, "etp", f"expert tensor parallelism {p.etp} with tp={p.tp}: trainsim splits the experts "
+                 "over tp (etp = tp) or folds them over tp x ep (etp = 1)", f"use etp {p.tp} or 1")
+        _require(p.ep % p.tp == 0, "ep", f"with etp 1 the experts spread over tp x ep ranks: ep={p.ep} must be a "
+                 f"multiple of tp={p.tp}", f"use an ep that is a multiple of {p.tp}")
+    if p.ep > 1:
+        carved = p.ep // _folded(p)  # the part of ep the data axis holds
+        what = f"ep={p.ep}" if carved == p.ep else f"ep / tp = {p.ep} / {p.tp} = {carved}"
+        _require(p.dp % carved == 0, "ep", f"{what} must divide dp={p.dp} (experts are sharded inside the data "
+                 "axis)", "choose ep dividing dp" if carved == p.ep else "choose ep dividing dp x tp")
     blocks = [la for la in model.layers if la.kind == "transformer"]
     chunks = p.pp * p.vpp
     n_layers = len(blocks) or len(model.layers)
@@ -191,6 +203,11 @@ def _listed_stage_layers(model: Model, p: ParallelSpec) -> list[int]:
     return counts
 
 
+def _folded(p: ParallelSpec) -> int:
+    """The tp ranks the experts fold over (MoE parallel folding, etp 1 with tp > 1), else 1."""
+    return p.tp if p.etp == 1 and p.tp > 1 else 1
+
+
 def _data_axes(expert: bool) -> tuple[str, ...]:
     return ("dp", "dr") if expert else ("ep", "dp", "dr")
 
@@ -206,12 +223,13 @@ def op_split(op: Op, p: ParallelSpec, batch_dim: str) -> Split:
         split["s"] = axes
     if op.name in ("dispatch", "combine"):
         split["c"] = _data_axes(False) + ("cp",) + (("tp",) if p.sequence_parallel else ())
+    folded = expert and _folded(p) > 1  # whole experts over tp x ep: their features stay unsplit
     if expert:
-        split["e"] = ("ep",)
+        split["e"] = ("tp", "ep") if folded else ("ep",)
         split["c"] = ("dp", "cp")
     kv = int(op.dims.get("g", 0))
     for d in op.dims:
-        if d in TP_DIMS and not (d in ("g", "kv") and kv and kv % p.tp != 0):
+        if d in TP_DIMS and not (d in ("g", "kv") and kv and kv % p.tp != 0) and not folded:
             split[d] = ("tp",)
     return {d: tuple(a for a in axes) for d, axes in split.items() if axes}
 
@@ -272,7 +290,8 @@ def chunk_assignment(model: Model, chunks: int, counts: list[int] | None = None)
 def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     """Fill a strategy tree with the preset's configs (the general representation every later issue edits)."""
     validate_spec(model, p)
-    mesh = DeviceMesh(tp=p.tp, cp=p.cp, ep=p.ep, dp=p.dp // p.ep // p.dp_replicate, dr=p.dp_replicate, pp=p.pp)
+    ep = p.ep // _folded(p)  # the part of ep carved from dp (the rest is tp, under folding)
+    mesh = DeviceMesh(tp=p.tp, cp=p.cp, ep=ep, dp=p.dp // ep // p.dp_replicate, dr=p.dp_replicate, pp=p.pp)
     tree = StrategyTree.from_model(model, mesh, p.global_batch, p.micro_batch)
     tree.zero_stage = p.zero
     tree.overlap_grad_reduce = p.overlap_grad_reduce

@@ -8,7 +8,8 @@ with the experts split over the expert-parallel axis and, like every MLP, their 
 shared expert beside them (--moe-shared-expert-intermediate-size); the first `first_dense_layers` layers keep
 a dense MLP (--moe-layer-freq of the form [0]*k+[1]*n). That is Megatron-Core's layout when:
 - the experts' tensor parallelism is the dense layers' (Megatron: --expert-tensor-parallel-size defaults to
-  --tensor-model-parallel-size, megatron/training/arguments.py);
+  --tensor-model-parallel-size, megatron/training/arguments.py), or 1, whole experts folded over tp x ep
+  (strategy.etp; expert_tp reads it);
 - attention is ordinary: a Megatron row's multi-latent attention (its sizes in flags trainsim does not read)
   is named as not modelled; moe_runs.csv states MLA's sizes, which map (model.kv_lora_rank, ...).
 Multi-token-prediction layers (--mtp-num-layers) map to model.mtp_layers (training_runs' settings rules).
@@ -34,7 +35,7 @@ _BLOCKERS: tuple[tuple[str, str], ...] = (
 )
 
 
-def moe_model_fields(settings: str, tp: int, framework: str) -> dict[str, Any] | str:
+def moe_model_fields(settings: str, framework: str) -> dict[str, Any] | str:
     """The model keys (experts, top_k, and ffn where --moe-ffn-hidden-size sets it) of a Megatron MoE row's
     `other_settings`, or why trainsim's MoE layer cannot represent it. Only Megatron rows that give
     --num-experts map: the defaults read here (top-k, expert TP, dropless routing) are Megatron's."""
@@ -45,10 +46,6 @@ def moe_model_fields(settings: str, tp: int, framework: str) -> dict[str, Any] |
     for pattern, what in _BLOCKERS:
         if re.search(pattern, text):
             return f"{what} is not modelled"
-    etp = re.search(r"expert-tensor-parallel-size\s*=\s*(\d+)", text)
-    if etp and int(etp.group(1)) != tp:
-        return (f"expert tensor parallelism {etp.group(1)} differs from tp {tp} (trainsim splits the experts "
-                "over tp like the dense MLP)")
     experts = int(found.group(1))
     top = re.search(r"moe-router-topk\s*=\s*(\d+)", text)
     out: dict[str, Any] = {"experts": experts, "top_k": int(top.group(1)) if top else MEGATRON_DEFAULT_TOP_K}
@@ -81,9 +78,9 @@ def _int_cell(row: dict[str, str], column: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def moe_column_fields(row: dict[str, str], tp: int) -> dict[str, Any] | str | None:
+def moe_column_fields(row: dict[str, str]) -> dict[str, Any] | str | None:
     """The model keys of a row that states its experts in columns (moe_runs.csv: n_experts, top_k,
-    moe_ffn_hidden, n_shared_experts, first_k_dense, moe_layer_freq, attention, etp), or why trainsim's MoE layer
+    moe_ffn_hidden, n_shared_experts, first_k_dense, moe_layer_freq, attention), or why trainsim's MoE layer
     cannot represent it; None where the row has no n_experts (its other_settings may say: moe_model_fields).
     `n_shared_experts` shared experts of moe_ffn_hidden features each are one shared expert of their sum (how
     Megatron sizes --moe-shared-expert-intermediate-size)."""
@@ -96,12 +93,6 @@ def moe_column_fields(row: dict[str, str], tp: int) -> dict[str, Any] | str | No
     top_k, width = _int_cell(row, "top_k"), _int_cell(row, "moe_ffn_hidden")
     if top_k is None or width is None:
         return "top_k or moe_ffn_hidden not stated"
-    etp = _int_cell(row, "etp")
-    if etp is None and tp > 1:
-        return f"expert tensor parallelism not stated with tp {tp} (Megatron-Bridge recipes set it apart from tp)"
-    if etp is not None and etp != tp:
-        return (f"expert tensor parallelism {etp} differs from tp {tp} (trainsim splits the experts over tp like "
-                "the dense MLP)")
     out: dict[str, Any] = {"experts": experts, "top_k": top_k, "expert_ffn": width}
     if re.search(r"\bmla\b|multi-latent", _cells(row, "attention", "arch")):
         mla = _mla_fields(row)
@@ -143,6 +134,16 @@ def _mla_fields(row: dict[str, str]) -> dict[str, Any] | str:
         return "multi-latent attention without its head sizes (qk_nope, qk_rope, v_head) or kv_lora_rank"
     return {"kv_lora_rank": kv_rank, "q_lora_rank": q_rank or 0, "head_size": sizes["qk_nope"] + sizes["qk_rope"],
             "qk_rope_dim": sizes["qk_rope"], "v_head_size": sizes["v_head"]}
+
+
+def expert_tp(row: dict[str, str]) -> int | None:
+    """The row's expert tensor parallelism (its etp column, else Megatron's --expert-tensor-parallel-size in
+    other_settings), None where it states none (Megatron's default: tp)."""
+    etp = _int_cell(row, "etp")
+    if etp is None:
+        flag = re.search(r"expert-tensor-parallel-size\s*=\s*(\d+)", (row.get("other_settings") or "").lower())
+        etp = int(flag.group(1)) if flag else None
+    return etp
 
 
 def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -> str:

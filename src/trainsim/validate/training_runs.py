@@ -20,7 +20,7 @@ from typing import Any
 from ..strategy.tree import RECOMPUTE_MODULES, selective_mode
 from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
-from .moe_rows import moe_column_fields, moe_model_fields, moe_note
+from .moe_rows import expert_tp, moe_column_fields, moe_model_fields, moe_note
 from .pipeline_splits import nanotron_stage_layers
 
 REQUIRED_COLUMNS = ("case_id", "model_name", "arch", "gpu", "n_gpus", "flops_convention", "global_batch")
@@ -1003,12 +1003,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
     name = _cell(row, "model_name")
     routed: dict[str, Any] = {}
     if not _is_resnet(name) and (moe := _moe(row, arch)):
-        fields = moe_column_fields(row, _count(row, "tp") or 1)  # moe_runs.csv states them in columns
+        fields = moe_column_fields(row)  # moe_runs.csv states them in columns
         if fields is None and "moe_ffn_hidden" in row:  # that file's format, its expert columns left empty
             raise RowSkip(MOE, f"{moe}: architecture not stated (n_experts, top_k, moe_ffn_hidden empty)")
         if fields is None:
-            fields = moe_model_fields(_cell(row, "other_settings"), _count(row, "tp") or 1,
-                                      _cell(row, "source_group") + " " + _cell(row, "source"))
+            fields = moe_model_fields(_cell(row, "other_settings"), _cell(row, "source_group") + " " + _cell(row, "source"))
         if isinstance(fields, str):
             raise RowSkip(MOE, f"{moe}: {fields}")
         routed = fields
@@ -1026,6 +1025,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if dp * tp * pp * cp != n_gpus:
         raise RowSkip("parallel degrees", f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n_gpus}")
     strategy: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "global_batch": gb}
+    etp = expert_tp(row) if routed else None
+    if etp is not None and etp != tp:
+        strategy["etp"] = etp  # 1: whole experts folded over tp x ep (other values: presets name them)
+    elif routed and etp is None and tp > 1:
+        notes["etp"] = f"not stated: Megatron's default, the experts split over tp ({tp})"
     strategy.update(_sharding(_cell(row, "sharding"), dp, cluster.get("gpus_per_node") or 8, notes))
     if settings.optimizer_instances > 1:  # Megatron's --num-distributed-optimizer-instances
         if not strategy.get("zero") and not strategy.get("fsdp"):
@@ -1072,6 +1076,9 @@ def _row_job(row: dict[str, str]) -> RowJob:
         raise RowSkip(SETTING, f"uneven pipeline stages with pp = {pp}, vpp = {vpp}")
     strategy.update(settings.stages)
     if settings.layout is not None:
+        if "m" in settings.layout and not model.get("mtp_layers"):
+            model["mtp_layers"] = settings.layout.count("m")
+            notes["mtp_layers"] = f"not stated: the pipeline layout's {model['mtp_layers']} m (multi-token prediction)"
         if settings.stages or settings.accounted:
             raise RowSkip(SETTING, "a pipeline layout beside first/last stage layers or account-for-* settings")
         strategy["stage_layers"] = _layout_split(settings.layout, model["layers"], int(model.get("mtp_layers", 0)),
