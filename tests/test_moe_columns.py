@@ -278,6 +278,10 @@ def test_mtp_and_layout_settings_map() -> None:
     laid = tr.row_job(training_row(other_settings="pp_layout=Et*2|t*2mL", pp="2", dp="4"))  # m: an MTP module
     assert not isinstance(laid, str), laid
     assert laid.job["model"]["mtp_layers"] == 1 and laid.job["strategy"]["stage_layers"] == [2, 2]
+    # a layout of more chunks than stages, vpp unstated: Megatron's virtual stages come from the layout
+    chunked = tr.row_job(training_row(other_settings="pp_layout=Et|(t|)*2tL", pp="2", dp="4", global_batch="32"))
+    assert not isinstance(chunked, str), chunked
+    assert chunked.job["strategy"]["vpp"] == 2 and chunked.job["strategy"]["stage_layers"] == [1, 1, 1, 1]
 
 
 def test_recompute_plans_by_module() -> None:

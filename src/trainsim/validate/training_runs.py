@@ -1079,6 +1079,10 @@ def _row_job(row: dict[str, str]) -> RowJob:
         if "m" in settings.layout and not model.get("mtp_layers"):
             model["mtp_layers"] = settings.layout.count("m")
             notes["mtp_layers"] = f"not stated: the pipeline layout's {model['mtp_layers']} m (multi-token prediction)"
+        chunks = settings.layout.count("|") + 1
+        if not _cell(row, "vpp") and pp > 1 and chunks > pp and chunks % pp == 0:  # Megatron derives vpp from it
+            vpp = strategy["vpp"] = chunks // pp
+            notes["vpp"] = f"not stated: {vpp}, the pipeline layout's {chunks} chunks over pp {pp}"
         if settings.stages or settings.accounted:
             raise RowSkip(SETTING, "a pipeline layout beside first/last stage layers or account-for-* settings")
         strategy["stage_layers"] = _layout_split(settings.layout, model["layers"], int(model.get("mtp_layers", 0)),
