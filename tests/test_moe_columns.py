@@ -378,3 +378,60 @@ def test_rows_map_their_expert_tensor_parallelism() -> None:
     unstated = tr.row_job(training_row(**{**QWEN3_ROW, **rows, "etp": ""}))
     assert not isinstance(unstated, str) and "etp" not in unstated.job["strategy"]
     assert "Megatron's default" in unstated.assumptions["etp"]
+
+
+NANO = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"  # Nemotron 3 Nano's 52 layers
+
+
+def test_nemotron_3_nano_counts_its_published_parameters() -> None:
+    """NVIDIA's Nemotron 3 Nano: 31.6B total parameters, 3.6B active with the embeddings (its model card)."""
+    feats = {"layer_pattern": NANO, "mamba_heads": 64, "mamba_head_dim": 64, "mamba_state": 128, "mamba_groups": 8,
+             "experts": 128, "top_k": 6, "expert_ffn": 1856, "shared_expert_ffn": 3712, "mlp": "relu2",
+             "head_size": 128}
+    m = build_model("llama3-8b", 1, 8192, "flash", feats, layers=52, hidden=2688, heads=32, kv_heads=2, ffn=1856,
+                    vocab=131072)
+    assert m.params == pytest.approx(31.6e9, rel=0.01) and m.active_params == pytest.approx(3.6e9, rel=0.01)
+    kinds = ["M" if any(op.name == "ssd" for op in lay.ops) else "*" if any(op.name == "attention" for op in lay.ops)
+             else "E" for lay in m.layers if lay.kind == "transformer"]
+    assert "".join(kinds) == NANO
+
+
+def test_mamba2_mixer_by_hand() -> None:
+    """One Mamba2 mixer's parameters: in_proj h x (2 di + 2 G N + H), the convolution (di + 2 G N) x (4 + 1),
+    dt bias, A and D per head, the gated norm's di and out_proj di x h."""
+    h, H, P, N, G = 256, 8, 32, 16, 2
+    di = H * P
+    m = build_model("custom", 1, 512, "flash", {"layer_pattern": "M", "mamba_heads": H, "mamba_head_dim": P,
+                                                "mamba_state": N, "mamba_groups": G, "norm": "rmsnorm",
+                                                "bias": False}, layers=1, hidden=h, heads=4, vocab=1000)
+    ops = {op.name: op for lay in m.layers for op in lay.ops}
+    assert ops["in_proj"].params == h * (2 * di + 2 * G * N + H)
+    assert ops["conv1d"].params == (di + 2 * G * N) * 5 and ops["ssd"].params == 3 * H
+    assert ops["mamba_norm"].params == di and ops["out_proj"].params == di * h
+    # the scan's work per token: 2 Q di (causal chunk mixing) + 4 N di (states) + 2 Q N G (C B^T), Q = 256
+    assert ops["ssd"].fwd_flops() == pytest.approx(512 * (2 * 256 * di + 4 * N * di + 2 * 256 * N * G))
+
+
+@pytest.mark.parametrize(("model", "field"), [
+    ({"layer_pattern": "MX"}, "model.layer_pattern"),
+    ({"layer_pattern": "M*M"}, "model.layer_pattern"),  # 3 letters for 2 layers
+    ({"layer_pattern": "M*"}, "model.mamba_heads"),
+    ({"layer_pattern": "*E"}, "model.experts"),
+    ({"mamba_heads": 8}, "model.mamba_heads"),
+])
+def test_hybrid_patterns_that_do_not_fit_are_refused(model: dict[str, Any], field: str) -> None:
+    job = {"model": {"name": "custom", "layers": 2, "hidden": 512, "heads": 8, **model},
+           "cluster": {"name": "dgx-h100", "nodes": 1}}
+    with pytest.raises(trainsim.ConfigError, match=rf"^{field.replace('.', '[.]')}:"):
+        trainsim.simulate(job)
+
+
+def test_a_nemotron_row_maps_its_pattern_and_mamba_sizes() -> None:
+    row = _moe_row(attention="GQA in 6 attention layers; other mixers are Mamba2 (64 heads x 64, state 128)",
+                   moe_layer_freq=f"hybrid pattern {NANO} (M=Mamba2, E=MoE, *=attention)", n_shared_experts="1",
+                   moe_ffn_hidden="1856", notes="shared expert intermediate 3712; squared-ReLU experts")
+    got = moe_column_fields(row)
+    assert isinstance(got, dict)
+    assert (got["layer_pattern"], got["mamba_heads"], got["mamba_head_dim"], got["mamba_state"]) == (NANO, 64, 64, 128)
+    assert got["shared_expert_ffn"] == 3712  # the notes' width, not 1 x 1856
+    assert "without their layer pattern" in str(moe_column_fields({**row, "moe_layer_freq": "hybrid"}))

@@ -107,6 +107,16 @@ class ModelSpec(_Strict):
     mtp_layers: int | None = Field(None, ge=0, le=MAX_LAYERS, description="multi-token prediction modules "
                                    "(DeepSeek-V3: 1; Megatron --mtp-num-layers): each one more block, a 2h -> h "
                                    "projection and the output head and loss again, on the last pipeline stage")
+    layer_pattern: str | None = Field(None, min_length=1, max_length=MAX_LAYERS, description="a hybrid model's "
+                                      "layers, one letter each (Nemotron-H): M a Mamba2 mixer, * attention, E a MoE "
+                                      "MLP, - a dense MLP, each with its pre-norm and residual; model.layers letters")
+    mamba_heads: int | None = Field(None, ge=1, le=MAX_HEADS, description="Mamba2 layers: heads")
+    mamba_head_dim: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="Mamba2 layers: channels per head "
+                                       "(default 64)")
+    mamba_state: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="Mamba2 layers: the state per head "
+                                    "(default 128)")
+    mamba_groups: int | None = Field(None, ge=1, le=MAX_HEADS, description="Mamba2 layers: groups sharing B and C "
+                                     "(default 8)")
     experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
                                 "every layer's MLP (but model.first_dense_layers), each of model.expert_ffn features, "
                                 "beside model.shared_expert_ffn; None keeps the model's own (0 for dense models)")

@@ -24,11 +24,11 @@ from .tree import (
     valid_recompute_mode,
 )
 
-TP_DIMS = frozenset({"q", "a", "g", "o", "kv", "vo", "f", "f2", "v"})
+TP_DIMS = frozenset({"q", "a", "g", "o", "kv", "vo", "f", "f2", "v", "mz", "mc", "md", "hm"})
 SP_OPS = frozenset({"ln1", "ln2", "attn_residual", "mlp_residual", "final_norm", "embed_dropout", "dispatch",
                     "combine", "mtp_enorm", "mtp_hnorm", "mtp_concat", "mtp_final_norm"})
 SP_SAVED = (("qkv", "input"), ("q_down", "input"), ("q_proj", "input"), ("fc1", "input"), ("router", "input"),
-            ("lm_head", "input"))
+            ("lm_head", "input"), ("in_proj", "input"))
 EXPERT_OPS = frozenset({"expert_fc1", "expert_act", "expert_fc2"})
 
 

@@ -64,9 +64,8 @@ def moe_model_fields(settings: str, framework: str) -> dict[str, Any] | str:
     return out
 
 
-_COLUMN_BLOCKERS: tuple[tuple[str, str], ...] = (
-    (r"mamba|hybrid", "hybrid Mamba2 mixer layers"),
-)
+_COLUMN_BLOCKERS: tuple[tuple[str, str], ...] = ()
+"""Column texts trainsim's layers cannot represent (none left: MLA, windows, sinks and Mamba2 hybrids map)."""
 
 
 def _cells(row: dict[str, str], *columns: str) -> str:
@@ -109,10 +108,16 @@ def moe_column_fields(row: dict[str, str]) -> dict[str, Any] | str | None:
     if re.search(r"sinks", attention):
         out["attention_sinks"] = True
     shared = _int_cell(row, "n_shared_experts") or 0
-    if shared:
-        out["shared_expert_ffn"] = shared * width
+    if shared:  # their sum, unless the notes give the shared expert's own width (Nemotron 3: twice a routed one)
+        stated = re.search(r"shared expert intermediate\s*(\d+)", _cells(row, "notes"))
+        out["shared_expert_ffn"] = int(stated.group(1)) if stated else shared * width
+    if re.search(r"mamba|hybrid", _cells(row, "attention", "moe_layer_freq")):
+        hybrid = _hybrid_fields(row)
+        if isinstance(hybrid, str):
+            return hybrid
+        out.update(hybrid)
     dense = _int_cell(row, "first_k_dense") or 0
-    freq = _cells(row, "moe_layer_freq")
+    freq = "" if "layer_pattern" in out else _cells(row, "moe_layer_freq")
     pattern = re.fullmatch(r"\(?\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\)?", freq)
     if pattern is not None:
         if int(pattern.group(1)) != dense:
@@ -122,6 +127,18 @@ def moe_column_fields(row: dict[str, str]) -> dict[str, Any] | str | None:
     if dense:
         out["first_dense_layers"] = dense
     return out
+
+
+def _hybrid_fields(row: dict[str, str]) -> dict[str, Any] | str:
+    """A hybrid Mamba2 model's keys: its layer pattern (moe_layer_freq 'hybrid pattern MEM*E...') and its Mamba2
+    sizes (attention '... Mamba2 (64 heads x 64, state 128)'), or what is missing. Groups of B and C: 8 where
+    unstated (Nemotron-H's n_groups)."""
+    pattern = re.search(r"pattern\s+([me*\-]+)", _cells(row, "moe_layer_freq"))
+    sizes = re.search(r"mamba2?\s*\((\d+)\s*heads?\s*x\s*(\d+),\s*state\s*(\d+)", _cells(row, "attention"))
+    if pattern is None or sizes is None:
+        return "hybrid Mamba2 layers without their layer pattern or Mamba2 sizes (heads x head dim, state)"
+    return {"layer_pattern": pattern.group(1).upper(), "mamba_heads": int(sizes.group(1)),
+            "mamba_head_dim": int(sizes.group(2)), "mamba_state": int(sizes.group(3))}
 
 
 def _mla_fields(row: dict[str, str]) -> dict[str, Any] | str:

@@ -486,7 +486,7 @@ _UNMODELLED_ARCH: tuple[tuple[str, str, frozenset[str]], ...] = (
     # (pattern, what, the model keys that express it where a row's columns give them: moe_rows)
     (r"\bmla\b|multi-latent", "multi-latent attention (MLA)", frozenset({"kv_lora_rank"})),
     (r"sliding[- ]window|\bswa\b", "sliding-window attention", frozenset({"sliding_window"})),
-    (r"mamba|\bssm\b|hybrid", "Mamba / hybrid mixer layers", frozenset()),
+    (r"mamba|\bssm\b|hybrid", "Mamba / hybrid mixer layers", frozenset({"layer_pattern"})),
     (r"parallel (?:attention|block|layers?|attn)", "parallel attention and MLP blocks", frozenset()),
     (r"softmax sinks|attention sinks", "attention sinks", frozenset({"attention_sinks"})),
     (r"encoder-decoder|\bt5\b", "encoder-decoder", frozenset()),
@@ -590,6 +590,10 @@ def _model(row: dict[str, str], arch: str, settings: _Settings, notes: dict[str,
     elif re.search(_LLAMA, name.lower()):  # an arch text naming no family ("MoE (GQA ...)"): the model's name
         family, base = "Llama", LLAMA_FEATURES
         notes["family"] = f"'{name}': the Llama family's layers (the arch text names no family)"
+    elif re.search(r"nemotron[- ]?(?:3|h)\b", name.lower()):  # Nemotron-H: RMSNorm, squared-ReLU MLPs, no bias
+        family, base = "Llama", {**LLAMA_FEATURES, "mlp": "relu2"}
+        notes["family"] = (f"'{name}': Nemotron-H's layers (RMSNorm, squared-ReLU experts, no biases, untied); its "
+                           "attention layers have no position encoding, priced with RoPE's small element-wise op")
     elif re.search(r"gpt-oss", name.lower()):  # RMSNorm, SwiGLU, RoPE, untied, biased attention projections
         family, base = "Llama", {**LLAMA_FEATURES, "bias": True}
         notes["family"] = (f"'{name}': the Llama family's layers with biases (gpt-oss: RMSNorm, SwiGLU, RoPE, biased "

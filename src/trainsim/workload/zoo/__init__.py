@@ -96,6 +96,25 @@ def _check_heads(cfg: TransformerConfig, given: dict[str, int | None], features:
             if getattr(cfg, key):
                 raise ConfigError(f"model.{key}", "is not modelled with multi-latent attention",
                                   "drop it, or model.kv_lora_rank")
+    if cfg.layer_pattern:
+        field = "model.layer_pattern"
+        if set(cfg.layer_pattern) - set("M*E-"):
+            raise ConfigError(field, f"'{cfg.layer_pattern}' has letters other than M (Mamba2), * (attention), E (MoE "
+                              "MLP) and - (dense MLP)", "write one letter per layer from those")
+        if len(cfg.layer_pattern) != cfg.layers:
+            raise ConfigError(field, f"{len(cfg.layer_pattern)} letters for {cfg.layers} layers",
+                              f"give one letter per layer (or model.layers {len(cfg.layer_pattern)})")
+        if "M" in cfg.layer_pattern and not cfg.mamba_heads:
+            raise ConfigError("model.mamba_heads", "the pattern has Mamba2 layers (M) but no Mamba2 heads",
+                              "set model.mamba_heads (and mamba_head_dim, mamba_state, mamba_groups)")
+        if "E" in cfg.layer_pattern and not cfg.experts:
+            raise ConfigError("model.experts", "the pattern has MoE layers (E) but no experts", "set model.experts")
+        if cfg.mamba_heads and (cfg.mamba_heads * cfg.mamba_head_dim) % cfg.mamba_groups:
+            raise ConfigError("model.mamba_groups", f"{cfg.mamba_groups} groups do not divide the "
+                              f"{cfg.mamba_heads * cfg.mamba_head_dim} Mamba2 channels", "use groups dividing them")
+    elif cfg.mamba_heads:
+        raise ConfigError("model.mamba_heads", "Mamba2 layers need a model.layer_pattern placing them (M)",
+                          "set model.layer_pattern, e.g. 'M*ME'")
     if cfg.experts and cfg.first_dense_layers >= cfg.layers:
         raise ConfigError("model.first_dense_layers", f"keeps {cfg.first_dense_layers} of {cfg.layers} layers dense, "
                           "leaving no MoE layer", f"use fewer than {cfg.layers}, or a dense model (no experts)")

@@ -39,7 +39,8 @@ GLUS = ("fused", "unfused")
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
-            "sliding_window", "window_layers", "attention_sinks", "mtp_layers")
+            "sliding_window", "window_layers", "attention_sinks", "mtp_layers", "layer_pattern", "mamba_heads",
+            "mamba_head_dim", "mamba_state", "mamba_groups")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -98,6 +99,14 @@ class TransformerConfig:
     window_layers: str = "all"
     attention_sinks: bool = False  # a learned logit per head in the softmax's denominator (gpt-oss): heads params
     mtp_layers: int = 0  # multi-token prediction modules after the blocks (DeepSeek-V3: 1; _mtp_layers)
+    # hybrid models (Nemotron-H): one mixer per layer, by a pattern of M (Mamba2), * (attention), E (MoE MLP),
+    # - (dense MLP); "" is the transformer's attention + MLP blocks. Mamba2 (_mamba2_ops): heads x head_dim
+    # channels, a state of mamba_state per head in mamba_groups groups of B/C
+    layer_pattern: str = ""
+    mamba_heads: int = 0
+    mamba_head_dim: int = 64
+    mamba_state: int = 128
+    mamba_groups: int = 8
     qkv_bias: bool | None = None  # None: follow `bias` (Qwen2 has q/k/v biases only)
     out_bias: bool | None = None  # attention output projection bias; None: follow `bias`
     mlp_bias: bool | None = None  # MLP / expert-free FFN biases; None: follow `bias`
@@ -373,6 +382,54 @@ def _shared_expert_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
                input_from=(None, "combine"))]
 
 
+MAMBA_CONV = 4
+"""Mamba2's depthwise causal convolution width (mamba_ssm's d_conv default)."""
+MAMBA_CHUNK = 256
+"""The chunk length of Mamba2's chunked SSD scan (mamba_ssm's chunk_size default)."""
+
+
+def _mamba2_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
+    """A Mamba2 mixer (Dao and Gu 2024, arXiv:2405.21060; mamba_ssm's Mamba2): one input projection to the gate z,
+    the channels x, the B and C of `mamba_groups` groups of `mamba_state` and a step per head; a depthwise causal
+    convolution of width 4 over x, B and C; the chunked SSD scan; an RMSNorm gated by z; the output projection.
+    The scan's work per token and head channel: 2 Q (the chunk's causal mixing of its outputs, chunk length Q),
+    4 N (its chunk states and their read-out) and 2 Q N G / (heads x head_dim) (the chunk's C B^T per group);
+    its tensor-core kernels are priced as a fused attention kernel over chunk-length keys (their chunk matmuls are
+    attention-like Q x Q blocks). It keeps what mamba_ssm keeps: the projection's input, the convolution's, the
+    scan's input and output, the norm's input and gate, the output projection's input; its chunk states are
+    recomputed in backward. Heads (and every channel dimension) split over tp, as Megatron's Mamba does."""
+    h, H, P, N, G = cfg.hidden, cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_state, cfg.mamba_groups
+    di = H * P
+    mc = di + 2 * G * N  # x, B and C: what the convolution mixes
+    mz = di + mc + H  # z, x, B, C and the step dt
+    tok = {"b": b, "s": s}
+    per_channel = 2 * MAMBA_CHUNK + 4 * N + 2 * MAMBA_CHUNK * N * G / di
+    return [
+        Op("in_proj", OpKind.MATMUL, {**tok, "h": h, "mz": mz}, (("b", "s", "h"),), ("b", "s", "mz"),
+           weight=("mz", "h"), saved=(_linear_input(cfg, ("b", "s", "h")),)),
+        Op("conv1d", OpKind.ELEMENTWISE, {**tok, "mz": mz, "mc": mc}, (("b", "s", "mz"),), ("b", "s", "mc"),
+           extra_params=mc * (MAMBA_CONV + 1), flops_per_point=2.0 * MAMBA_CONV,
+           saved=(SavedTensor("input", ("b", "s", "mc")),)),
+        Op("ssd", OpKind.ATTENTION, {**tok, "t": MAMBA_CHUNK, "hm": H, "p": P, "mc": mc, "md": di},
+           (("b", "s", "mc"),), ("b", "s", "md"), flop_dims=("b", "s", "hm", "p"), flops_per_point=per_channel,
+           extra_params=3 * H, bwd_flops_factor=2.0,  # dt bias, A and D per head
+           saved=(SavedTensor("input", ("b", "s", "mc")), SavedTensor("out", ("b", "s", "md")))),
+        Op("mamba_norm", OpKind.NORM, {**tok, "md": di}, (("b", "s", "md"),), ("b", "s", "md"), extra_params=di,
+           flops_per_point=NORM_FLOPS_PER_ELEM + 2.0,
+           saved=(SavedTensor("input", ("b", "s", "md")), SavedTensor("gate", ("b", "s", "md")))),
+        Op("out_proj", OpKind.MATMUL, {**tok, "md": di, "h": h}, (("b", "s", "md"),), ("b", "s", "h"),
+           weight=("h", "md"), saved=(SavedTensor("input", ("b", "s", "md")),)),
+    ]
+
+
+def _pattern_block_ops(cfg: TransformerConfig, kind: str, b: int, s: int, impl: str) -> list[Op]:
+    """One layer of a hybrid pattern: its pre-norm, its one mixer (M Mamba2, * attention, E MoE MLP, - dense MLP)
+    and the residual add."""
+    mixer = {"M": lambda: _mamba2_ops(cfg, b, s), "*": lambda: _attention_ops(cfg, b, s, impl),
+             "E": lambda: _moe_ops(cfg, b, s), "-": lambda: _mlp_ops(cfg, b, s)}[kind]()
+    return [_norm("ln1", cfg, b, s), *mixer, _dropout_add("mlp_residual", cfg, b, s)]
+
+
 def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str, moe: bool | None = None, window: int = 0
                ) -> list[Op]:
     """The ops of one transformer block (every block of a kind has the same ones: only the layer's name
@@ -596,10 +653,12 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
     # a block's kind: (dense MLP (a MoE model's first layers), windowed attention); built once per kind
     dense = cfg.first_dense_layers if cfg.experts else 0  # fewer than the layers (zoo._check_heads)
     windowed = [bool(cfg.sliding_window) and (cfg.window_layers == "all" or i % 2 == 0) for i in range(cfg.layers)]
-    kind_of = [(i < dense, windowed[i]) for i in range(cfg.layers)]
+    kind_of: list[tuple[bool, bool] | str] = (list(cfg.layer_pattern) if cfg.layer_pattern else
+                                               [(i < dense, windowed[i]) for i in range(cfg.layers)])
     keys = list(dict.fromkeys(kind_of))
-    kinds = [_block_ops(cfg_s, batch, s, attention, moe=None if not is_dense else False,
-                        window=cfg.sliding_window if win else 0) for is_dense, win in keys]
+    kinds = [_pattern_block_ops(cfg_s, key, batch, s, attention) if isinstance(key, str) else
+             _block_ops(cfg_s, batch, s, attention, moe=None if not key[0] else False,
+                        window=cfg.sliding_window if key[1] else 0) for key in keys]
     mtp = _mtp_layers(cfg_s, batch, s, attention)
     if cfg.kernels == "eager":
         kinds = [[_eager(op, cfg) for op in ops] for ops in kinds]
