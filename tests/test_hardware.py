@@ -317,3 +317,11 @@ def test_clusters_are_hashable_and_picklable() -> None:
     cluster = get_cluster("dgx-h100", 2)
     assert hash(cluster) == hash(get_cluster("dgx-h100", 2))
     assert pickle.loads(pickle.dumps(cluster)) == cluster
+
+
+def test_h800_is_priced_with_the_h100_kernels() -> None:
+    """The H800 is the H100's die: the same compute calibration (the h100 entry), only its NVLink differs."""
+    from trainsim.cost.calibration import device_family, load_calibration
+
+    cal = load_calibration(None)
+    assert cal.compute[device_family(get_device("h800"))] == cal.compute["h100"]
