@@ -64,10 +64,6 @@ def moe_model_fields(settings: str, framework: str) -> dict[str, Any] | str:
     return out
 
 
-_COLUMN_BLOCKERS: tuple[tuple[str, str], ...] = ()
-"""Column texts trainsim's layers cannot represent (none left: MLA, windows, sinks and Mamba2 hybrids map)."""
-
-
 def _cells(row: dict[str, str], *columns: str) -> str:
     return " ".join((row.get(c) or "").strip() for c in columns).lower()
 
@@ -81,14 +77,12 @@ def moe_column_fields(row: dict[str, str]) -> dict[str, Any] | str | None:
     """The model keys of a row that states its experts in columns (moe_runs.csv: n_experts, top_k,
     moe_ffn_hidden, n_shared_experts, first_k_dense, moe_layer_freq, attention), or why trainsim's MoE layer
     cannot represent it; None where the row has no n_experts (its other_settings may say: moe_model_fields).
-    `n_shared_experts` shared experts of moe_ffn_hidden features each are one shared expert of their sum (how
-    Megatron sizes --moe-shared-expert-intermediate-size)."""
+    Multi-latent attention, sliding windows, attention sinks and hybrid Mamba2 patterns are read from the attention
+    and moe_layer_freq columns. `n_shared_experts` shared experts of moe_ffn_hidden features each are one shared
+    expert of their sum (how Megatron sizes --moe-shared-expert-intermediate-size), unless the notes give its width."""
     experts = _int_cell(row, "n_experts")
     if experts is None or experts < 2:
         return None
-    for pattern, what in _COLUMN_BLOCKERS:
-        if re.search(pattern, _cells(row, "attention", "moe_layer_freq", "arch")):
-            return f"{what} not modelled"
     top_k, width = _int_cell(row, "top_k"), _int_cell(row, "moe_ffn_hidden")
     if top_k is None or width is None:
         return "top_k or moe_ffn_hidden not stated"
