@@ -763,6 +763,11 @@ def _stage_memory(costed: CostedProgram, statics: dict[int, StaticMemory], dynam
     return out
 
 
+def _active_params(mdl: Model, params: int) -> int:
+    """The model's active parameters (Model.active_params), `params` itself for a dense model (no second pass)."""
+    return mdl.active_params if mdl.hyper.get("experts") else params
+
+
 def _check_iteration(iteration: float) -> None:
     if not (math.isfinite(iteration) and iteration > 0):  # the field bounds should make this unreachable
         raise ConfigError("simulation", f"the predicted iteration time is {iteration!r} s, not a positive number",
@@ -829,7 +834,7 @@ def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
         critical_path=[(graph.name[t], graph.category[t], trace.start_s[t], trace.end_s[t]) for t in path],
         critical_path_by_category=path_by_category, critical_path_tasks=path_tasks, n_tasks=n_tasks,
         advice=_advice(memory, spec), graph=None if folded else graph, trace=None if folded else trace,
-        fold=fold_note, model_params=mdl.params, active_params=mdl.active_params,
+        fold=fold_note, model_params=(params := mdl.params), active_params=_active_params(mdl, params),
         model_assumptions=list(mdl.assumptions),
         placement=[p.describe(cl.levels) for p in placement(tree.mesh, cl.levels)])
     return result
@@ -861,7 +866,7 @@ def _analytic_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec
         tokens_per_sample=mdl.seq_len, model_flops=program.model_flops_per_iteration,
         hw_flops=program.hw_flops_per_iteration, peak_tflops=costed.peak_flops / 1e12, breakdown=breakdown, breakdown_per_stage=per_stage, memory=memory,
         critical_path=[], critical_path_by_category={}, n_tasks=0, advice=_advice(memory, spec),
-        model_params=mdl.params, active_params=mdl.active_params, fidelity="analytic",
+        model_params=(params := mdl.params), active_params=_active_params(mdl, params), fidelity="analytic",
         model_assumptions=[*mdl.assumptions, "analytic tier (simulation.fidelity analytic): the costed per-layer "
                            "templates composed in closed form (pipeline formula, exposed communication after "
                            "overlap, optimizer step); no link sharing, no timeline or critical path"],
