@@ -163,11 +163,13 @@ def test_defaults_and_descriptions() -> None:
     assert "rope_scaling llama3 x8" in l31.description and l31.assumptions == ()
     notes = {f: " ".join(load_hf_config(HF / f).assumptions) for f in
              ("mistral-7b.json", "gpt-neox-20b.json", "mixtral-8x7b.json", "qwen2-7b.json")}
-    assert "sliding_window 4096" in notes["mistral-7b.json"]
+    mistral = load_hf_config(HF / "mistral-7b.json")
+    assert mistral.sliding_window == 4096 and "sliding_window 4096" in mistral.description  # modelled, noted
     assert "use_parallel_residual" in notes["gpt-neox-20b.json"] and "rotary_pct 0.25" in notes["gpt-neox-20b.json"]
     assert "balanced" in notes["mixtral-8x7b.json"]
     assert notes["qwen2-7b.json"] == ""  # use_sliding_window false
-    assert set(READERS) == {"bert", "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2"}
+    assert set(READERS) == {"bert", "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe",
+                            "qwen2_moe", "deepseek_v3", "kimi_k2", "gpt_oss"}
 
 
 def test_name_model_type_and_folder_inference(tmp_path: Path) -> None:
@@ -230,7 +232,7 @@ def _edit(file: str, drop: str | None = None, **values: Any) -> dict[str, Any]:
     ("[1, 2]", ["model.hf_config", "not an object"]),
     ("\udcff", ["model.hf_config", "not UTF-8"]),
     ({"model_type": "t5"}, ["hf_config.model_type", "'t5'", ", ".join(READERS)]),
-    ({"model_type": "qwen2_moe"}, ["hf_config.model_type", "shared expert"]),
+    ({"model_type": "nemotron_h"}, ["hf_config.model_type", "'nemotron_h'"]),
     ({"vocab_size": 3}, ["hf_config.model_type", "missing"]),
     (_edit("llama-2-7b.json", drop="hidden_size"), ["hf_config.hidden_size", "missing"]),
     (_edit("gpt2.json", drop="n_embd"), ["hf_config.n_embd", "missing"]),
@@ -325,3 +327,53 @@ def test_cli_bad_hf_input_is_one_line_and_exit_2(args: list[str], names: list[st
     assert len(lines) == 1, p.stderr
     for name in names:
         assert name in lines[0], lines[0]
+
+
+# ---- the MoE families (issue 23): published totals ------------------------------------------------------
+
+@pytest.mark.parametrize(("file", "published", "active"), [
+    ("qwen3-30b-a3b.json", 30_532_122_624, 3.3e9),  # the safetensors total, exactly; Qwen: 3.3B activated
+    # DeepSeek: 685B with the MTP module (671B + 14B, the latter counting its own copies of the embedding and
+    # head, which trainsim shares with the main model's)
+    ("deepseek-v3.json", 685e9, 37e9),
+    ("gpt-oss-120b.json", 116.83e9, 5.1e9),  # OpenAI's model card: 116.83B total, 5.13B active
+])
+def test_moe_configs_count_their_published_parameters(file: str, published: float, active: float) -> None:
+    m = build_hf_model(HF / file, 1, 4096)
+    assert m.params == pytest.approx(published, rel=0.01)
+
+
+def test_moe_readers_map_the_architecture() -> None:
+    qwen = load_hf_config(HF / "qwen3-30b-a3b.json")
+    assert (qwen.head_size, qwen.qk_norm, qwen.experts, qwen.top_k, qwen.expert_ffn) == (128, True, 128, 8, 768)
+    ds = load_hf_config(HF / "deepseek-v3.json")
+    assert (ds.kv_lora_rank, ds.q_lora_rank, ds.head_size, ds.qk_rope_dim, ds.v_head_size) == (512, 1536, 192, 64, 128)
+    assert (ds.first_dense_layers, ds.shared_expert_ffn, ds.mtp_layers) == (3, 2048, 1)
+    assert "sigmoid" in ds.description  # its grouped sigmoid routing is named, priced as plain top-k
+    oss = load_hf_config(HF / "gpt-oss-120b.json")
+    assert (oss.sliding_window, oss.window_layers, oss.attention_sinks, oss.top_k) == (128, "alternate", True, 4)
+    assert "sliding_window 128 on every layer" not in oss.description  # alternating, not on every layer
+    kimi = load_hf_config(write_tmp({**cfg_json("deepseek-v3.json"), "model_type": "kimi_k2", "n_routed_experts": 384,
+                                     "num_attention_heads": 64, "first_k_dense_replace": 1}))
+    assert (kimi.experts, kimi.heads, kimi.first_dense_layers) == (384, 64, 1)
+
+
+def write_tmp(data: dict[str, Any]) -> Path:
+    import tempfile
+
+    d = Path(tempfile.mkdtemp())
+    return write(d, data)
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    ({"layer_types": ["full_attention", "sliding_attention"] * 18}, "hf_config.layer_types"),
+    ({"moe_layer_freq": 2}, "hf_config.moe_layer_freq"),
+    ({"first_k_dense_replace": 61}, "hf_config.first_k_dense_replace"),
+    ({"mlp_only_layers": [3]}, "hf_config.mlp_only_layers"),
+])
+def test_moe_layouts_trainsim_cannot_build_are_refused(edit: dict[str, Any], field: str) -> None:
+    base = {"hf_config.layer_types": "gpt-oss-120b.json", "hf_config.moe_layer_freq": "deepseek-v3.json",
+            "hf_config.first_k_dense_replace": "deepseek-v3.json",
+            "hf_config.mlp_only_layers": "qwen3-30b-a3b.json"}[field]
+    with pytest.raises(ConfigError, match=rf"^{field.replace('.', '[.]')}:"):
+        load_hf_config(write_tmp({**cfg_json(base), **edit}))

@@ -20,11 +20,11 @@ from .zoo.transformer import TransformerConfig, build_transformer
 FIELD = "model.hf_config"
 GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate",
                        "quick_gelu"})
-ARCH_PREFIXES = (("Qwen2Moe", "qwen2_moe"), ("Qwen2", "qwen2"), ("Mixtral", "mixtral"), ("Mistral", "mistral"),
-                 ("Llama", "llama"), ("GPTNeoX", "gpt_neox"), ("GPT2", "gpt2"), ("Bert", "bert"))
-UNSUPPORTED_WHY = {
-    "qwen2_moe": "its shared expert (a dense MLP beside the routed experts) has no counterpart in trainsim's IR",
-}
+ARCH_PREFIXES = (("Qwen3Moe", "qwen3_moe"), ("Qwen3", "qwen3"), ("Qwen2Moe", "qwen2_moe"), ("Qwen2", "qwen2"),
+                 ("DeepseekV3", "deepseek_v3"), ("GptOss", "gpt_oss"), ("Mixtral", "mixtral"),
+                 ("Mistral", "mistral"), ("Llama", "llama"), ("GPTNeoX", "gpt_neox"), ("GPT2", "gpt2"),
+                 ("Bert", "bert"))
+UNSUPPORTED_WHY: dict[str, str] = {}
 OVERRIDABLE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 _MISSING = object()
 
@@ -161,12 +161,14 @@ def _rope_notes(f: _Fields) -> None:
                        "or memory)")
 
 
-def _sliding_window(f: _Fields, active: bool) -> None:
+def _sliding_window(f: _Fields, active: bool) -> int:
+    """The sliding window every layer's attention keeps (Mistral), 0 where none is active."""
     window = f.data.get("sliding_window")
     if active and window is not None:
         window = f.positive_int("sliding_window")
-        f.assumptions.append(f"sliding_window {window} not modelled: attention is costed over the full causal "
-                             f"context (over-estimates attention time when seq_len > {window})")
+        f.notes.append(f"sliding_window {window} on every layer (fused kernels compute only the scores in it)")
+        return int(window)
+    return 0
 
 
 def _llama_like(f: _Fields, mt: str) -> TransformerConfig:
@@ -180,7 +182,7 @@ def _llama_like(f: _Fields, mt: str) -> TransformerConfig:
     attn_bias = f.boolean("attention_bias", False)
     qkv_bias = True if mt == "qwen2" else attn_bias  # Qwen2 hard-codes q/k/v biases, no o_proj bias
     _rope_notes(f)
-    _sliding_window(f, mt != "qwen2" or f.boolean("use_sliding_window", False))
+    window = _sliding_window(f, mt != "qwen2" or f.boolean("use_sliding_window", False))
     experts, top_k = 0, 2
     if mt == "mixtral":
         experts, top_k = f.positive_int("num_local_experts"), f.positive_int("num_experts_per_tok")
@@ -196,7 +198,100 @@ def _llama_like(f: _Fields, mt: str) -> TransformerConfig:
         kv_heads=kv, norm="rmsnorm", mlp="swiglu", position="rope", bias=False,
         dropout=_dropout(f, "attention_dropout"), tied_embeddings=f.boolean("tie_word_embeddings", False),
         experts=experts, top_k=top_k, max_positions=seq, head_size=_head_size(f, hidden, heads),
-        qkv_bias=qkv_bias, out_bias=attn_bias, mlp_bias=f.boolean("mlp_bias", False))
+        qkv_bias=qkv_bias, out_bias=attn_bias, mlp_bias=f.boolean("mlp_bias", False), sliding_window=window)
+
+
+def _experts(f: _Fields, experts_key: str) -> tuple[int, int]:
+    """A MoE config's routed experts and experts per token (checked against each other)."""
+    experts, top_k = f.positive_int(experts_key), f.positive_int("num_experts_per_tok")
+    if top_k > experts:
+        raise f._error("num_experts_per_tok", f"{top_k} exceeds {experts_key} {experts}",
+                       f"route each token to at most {experts_key} experts")
+    f.assumptions.append("expert load assumed balanced (capacity factor 1.0, no dropped tokens)")
+    return experts, top_k
+
+
+def _qwen_moe_layers(f: _Fields) -> None:
+    """Qwen MoE's decoder_sparse_step / mlp_only_layers: every layer routed is what trainsim builds."""
+    step = f.data.get("decoder_sparse_step", 1)
+    dense = f.data.get("mlp_only_layers") or []
+    if step != 1 or dense:
+        raise f._error("decoder_sparse_step" if step != 1 else "mlp_only_layers",
+                       f"MoE on every {step} layer(s), dense layers {dense}: trainsim routes every layer",
+                       "use a config whose every layer is a mixture of experts")
+
+
+def _qwen3(f: _Fields, mt: str) -> TransformerConfig:
+    """Qwen3 and Qwen3-MoE: the Llama layout with an RMSNorm over each query and key head (q_norm, k_norm) and
+    an explicit head_dim; qwen3_moe routes every layer (moe_intermediate_size per expert); qwen2_moe too,
+    beside a shared expert (shared_expert_intermediate_size, its sigmoid gate's h parameters not counted)."""
+    base = _llama_like(f, "qwen2" if mt == "qwen2_moe" else "llama")
+    hidden, heads = base.hidden, base.heads
+    extra: dict[str, Any] = {"head_size": f.positive_int("head_dim") if mt != "qwen2_moe" else base.head_size,
+                             "qk_norm": mt != "qwen2_moe"}
+    if extra["head_size"] is not None and hidden % heads == 0 and extra["head_size"] == hidden // heads:
+        extra["head_size"] = None
+    if mt in ("qwen3_moe", "qwen2_moe"):
+        _qwen_moe_layers(f)
+        experts, top_k = _experts(f, "num_experts")
+        extra.update(experts=experts, top_k=top_k, expert_ffn=f.positive_int("moe_intermediate_size"))
+        if mt == "qwen2_moe":
+            extra["shared_expert_ffn"] = f.positive_int("shared_expert_intermediate_size")
+            f.assumptions.append("the shared expert's sigmoid gate (hidden parameters per layer) not counted")
+    return replace(base, family="qwen", **extra)
+
+
+def _deepseek_v3(f: _Fields, mt: str) -> TransformerConfig:
+    """DeepSeek-V3 (and Kimi K2, which keeps its layout): multi-latent attention, first_k_dense_replace dense
+    layers, then routed experts (moe_intermediate_size) beside n_shared_experts shared ones, and
+    num_nextn_predict_layers multi-token-prediction modules; grouped sigmoid routing priced as top-k."""
+    layers, hidden = f.positive_int("num_hidden_layers"), f.positive_int("hidden_size")
+    heads = f.positive_int("num_attention_heads")
+    nope, rope, dv = (f.positive_int("qk_nope_head_dim"), f.positive_int("qk_rope_head_dim"),
+                      f.positive_int("v_head_dim"))
+    experts, top_k = _experts(f, "n_routed_experts")
+    width = f.positive_int("moe_intermediate_size")
+    shared = f.data.get("n_shared_experts") or 0
+    freq = f.data.get("moe_layer_freq", 1)
+    if freq != 1:
+        raise f._error("moe_layer_freq", f"MoE every {freq} layers: trainsim routes every layer after the dense ones",
+                       "use a config with moe_layer_freq 1")
+    dense = f.data.get("first_k_dense_replace", 0)
+    if not isinstance(dense, int) or isinstance(dense, bool) or not 0 <= dense < layers:
+        raise f._error("first_k_dense_replace", f"must be 0 .. {layers - 1}, got {dense!r}", "fix the value")
+    q_rank = f.data.get("q_lora_rank") or 0
+    if f.data.get("topk_method") not in (None, "greedy") or f.data.get("scoring_func") not in (None, "softmax"):
+        f.notes.append(f"routing {f.data.get('scoring_func', 'softmax')} / {f.data.get('topk_method', 'greedy')} "
+                       "(group-limited) priced as plain top-k on balanced load")
+    _rope_notes(f)
+    _lm_head_note(f, mt)
+    seq = f.positive_int("max_position_embeddings")
+    return TransformerConfig(
+        "", "deepseek", layers, hidden, heads, f.positive_int("intermediate_size"), f.positive_int("vocab_size"), seq,
+        kv_heads=heads, norm="rmsnorm", mlp="swiglu", position="rope", bias=False, dropout=False,
+        tied_embeddings=f.boolean("tie_word_embeddings", False), max_positions=seq, experts=experts, top_k=top_k,
+        expert_ffn=width, shared_expert_ffn=int(shared) * width, first_dense_layers=dense,
+        head_size=nope + rope, qk_rope_dim=rope, v_head_size=dv, kv_lora_rank=f.positive_int("kv_lora_rank"),
+        q_lora_rank=int(q_rank), mtp_layers=int(f.data.get("num_nextn_predict_layers") or 0))
+
+
+def _gpt_oss(f: _Fields, mt: str) -> TransformerConfig:
+    """gpt-oss: the Llama layout with biased attention projections, an attention-sink logit per head, sliding-
+    window and full attention alternating (layer_types), and routed experts of intermediate_size (their clamped
+    SwiGLU priced as SwiGLU, their biases not counted)."""
+    base = _llama_like(f, "llama")
+    f.notes[:] = [n for n in f.notes if not n.startswith("sliding_window")]  # alternating, below
+    experts, top_k = _experts(f, "num_local_experts")
+    kinds = f.data.get("layer_types") or []
+    window = f.positive_int("sliding_window")
+    alternate = all(k == "sliding_attention" for k in kinds[::2]) and all(k == "full_attention" for k in kinds[1::2])
+    if kinds and not alternate:
+        raise f._error("layer_types", "not sliding and full attention alternating from the first layer",
+                       "use a config whose layer_types alternate sliding_attention, full_attention")
+    f.assumptions.append("the experts' clamped SwiGLU priced as SwiGLU; expert and router biases not counted")
+    return replace(base, family="gpt-oss", experts=experts, top_k=top_k, expert_ffn=base.ffn,
+                   sliding_window=window, window_layers="alternate", attention_sinks=True,
+                   qkv_bias=f.boolean("attention_bias", True), out_bias=f.boolean("attention_bias", True))
 
 
 def _gpt2(f: _Fields, mt: str) -> TransformerConfig:
@@ -285,7 +380,8 @@ def _bert(f: _Fields, mt: str) -> TransformerConfig:
 
 READERS: dict[str, Callable[[_Fields, str], TransformerConfig]] = {
     "bert": _bert, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
-    "mixtral": _llama_like, "qwen2": _llama_like,
+    "mixtral": _llama_like, "qwen2": _llama_like, "qwen3": _qwen3, "qwen3_moe": _qwen3, "qwen2_moe": _qwen3,
+    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss,
 }
 """Supported `model_type`s (keys) and their readers."""
 
