@@ -121,3 +121,29 @@ def test_moe_keys_refused_where_they_mean_nothing(model: dict[str, int], field: 
     with pytest.raises(ConfigError) as err:
         trainsim.simulate(job)
     assert err.value.field == field
+
+
+def test_the_router_is_one_gemm_over_the_experts_and_the_experts_a_grouped_one() -> None:
+    """The router's expert scores (weight (e, h) on the tokens) are one GEMM whose N is the expert count, priced
+    as a dense projection of that width; only the expert MLPs (whose input carries e) are a batch of GEMMs.
+    Taking the router's e as a batch made it 128 GEMMs of N = 1: 29x its cost, slower than the expert MLP it feeds."""
+    from trainsim.cost.calibration import load_calibration
+    from trainsim.cost.compute import RooflineCompute
+    from trainsim.hardware.devices import get_device
+    from trainsim.workload.ir import Op, OpKind
+
+    h100 = get_device("h100-sxm")
+    compute = RooflineCompute(load_calibration().compute_for(h100))
+    moe = build_model("custom", 1, 4096, "flash", {"mlp": "swiglu", "bias": False, "experts": 128, "top_k": 4},
+                      layers=1, hidden=2880, heads=64, kv_heads=8, ffn=2880, vocab=1000)
+    ops = {op.name: op for layer in moe.layers for op in layer.ops}
+    router, fc1 = ops["router"], ops["expert_fc1"]
+    dense = Op("dense", OpKind.MATMUL, {"b": 1, "s": 4096, "h": 2880, "n": 128}, (("b", "s", "h"),), ("b", "s", "n"),
+               weight=("n", "h"))
+    local = dict(router.dims)
+    t_router = compute.op_time(router, local, "fwd", h100, "bf16")
+    assert t_router == pytest.approx(compute.op_time(dense, dict(dense.dims), "fwd", h100, "bf16"))
+    assert compute._mnk(router, local) == (4096, 128, 2880, 1)
+    assert compute._mnk(fc1, dict(fc1.dims))[3] == 128  # the experts: a grouped GEMM, one per expert
+    # 2 x 4096 x 2880 x 128 FLOPs: the router is a fraction of the experts' time, not a multiple of it
+    assert t_router < 0.1 * compute.op_time(fc1, dict(fc1.dims), "fwd", h100, "bf16")

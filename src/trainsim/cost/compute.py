@@ -136,7 +136,9 @@ class RooflineCompute:
             w = set(op.weight)
             n_dims = [d for d in op.weight if d in out]
             k_dims = [d for d in op.weight if d not in out]
-            batch_dims = [d for d in n_dims if d in ("e",)]  # grouped experts act as a batch of GEMMs
+            # grouped experts act as a batch of GEMMs: an expert dim their input carries too (the router's
+            # expert scores, weight (e, h) on tokens (b, s, h), are one GEMM whose N is the expert count)
+            batch_dims = [d for d in n_dims if d == "e" and all(d in t for t in op.inputs)]
             n_dims = [d for d in n_dims if d not in batch_dims]
             m_dims = [d for d in op.output if d not in w]
             return (math.prod(local[d] for d in m_dims), math.prod(local[d] for d in n_dims),
