@@ -4,6 +4,7 @@ modelled yet), its rows compared on tokens/s, and NVL72 racks holding jobs large
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -435,3 +436,28 @@ def test_a_nemotron_row_maps_its_pattern_and_mamba_sizes() -> None:
     assert (got["layer_pattern"], got["mamba_heads"], got["mamba_head_dim"], got["mamba_state"]) == (NANO, 64, 64, 128)
     assert got["shared_expert_ffn"] == 3712  # the notes' width, not 1 x 1856
     assert "without their layer pattern" in str(moe_column_fields({**row, "moe_layer_freq": "hybrid"}))
+
+
+# ---- zoo presets of the MoE families (issue 23) ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("preset", "file"), [("deepseek-v3", "deepseek-v3.json"), ("qwen3-30b-a3b", "qwen3-30b-a3b.json"),
+                                              ("gpt-oss-120b", "gpt-oss-120b.json")])
+def test_moe_presets_are_their_published_configs(preset: str, file: str) -> None:
+    """A preset builds the same model, op for op, as its Hugging Face config.json read by --hf-config."""
+    from trainsim.workload.hf import build_hf_model
+
+    zoo, hf = build_model(preset, 2, 4096), build_hf_model(Path(__file__).parent / "data" / "hf" / file, 2, 4096)
+    assert (zoo.params, zoo.active_params) == (hf.params, hf.active_params)
+    assert [[(op.name, op.fwd_flops()) for op in lay.ops] for lay in zoo.layers] == \
+        [[(op.name, op.fwd_flops()) for op in lay.ops] for lay in hf.layers]
+
+
+@pytest.mark.parametrize(("preset", "total", "active"), [
+    ("kimi-k2", 1.03e12, 32.9e9),  # Moonshot's card: 1T total, 32B activated (embedding-inclusive here)
+    ("qwen3-235b-a22b", 235_093_634_560, 22.2e9),  # the safetensors total, exactly; Qwen: 22B activated
+    ("gpt-oss-20b", 20.91e9, 4.19e9),  # OpenAI's card: 20.91B total, 3.61B active without the embedding's 0.58B
+    ("nemotron-3-nano", 31.6e9, 3.6e9),  # NVIDIA's card: 31.6B total, 3.6B active with the embeddings
+])
+def test_moe_presets_count_their_published_parameters(preset: str, total: float, active: float) -> None:
+    m = build_model(preset, 1)
+    assert m.params == pytest.approx(total, rel=0.005) and m.active_params == pytest.approx(active, rel=0.01)

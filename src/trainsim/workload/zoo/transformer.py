@@ -686,10 +686,16 @@ def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 50257, se
 
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int,
-           desc: str, **kw: int | float) -> TransformerConfig:
-    return TransformerConfig(name, "llama", layers, hidden, heads, ffn, vocab, seq, kv_heads=kv,
+           desc: str, family: str = "llama", **kw: int | float | str | bool) -> TransformerConfig:
+    return TransformerConfig(name, family, layers, hidden, heads, ffn, vocab, seq, kv_heads=kv,  # type: ignore[arg-type]
                              norm="rmsnorm", mlp="swiglu", position="rope", bias=False, dropout=False,
                              tied_embeddings=False, description=desc, **kw)
+
+
+_MLA = {"head_size": 192, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_dim": 64, "v_head_size": 128}
+"""DeepSeek-V3's (and Kimi K2's) multi-latent attention: query and key-value ranks, decoupled RoPE dims."""
+_NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+"""Nemotron 3 Nano's 52 layers: 23 Mamba2 mixers, 23 MoE MLPs, 6 attention layers (its hybrid_override_pattern)."""
 
 
 _MEG = "Megatron-LM SC'21 Table 1 (Narayanan et al.), vocab 51200"
@@ -732,6 +738,35 @@ TRANSFORMERS: dict[str, TransformerConfig] = {c.name: c for c in [
            experts=8, top_k=2),
     _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 4096, "Mixtral 8x22B: 8 experts, top-2",
            experts=8, top_k=2),
+    # the MoE families of issue 23, each as its published config.json (tests/data/hf) at a 4096-token training length
+    _llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096,
+           "DeepSeek-V3 671B-A37B (arXiv 2412.19437): MLA, 256 routed experts of 2048 top-8 + 1 shared, "
+           "first 3 layers dense, 1 MTP module", family="deepseek", experts=256, top_k=8, expert_ffn=2048,
+           shared_expert_ffn=2048, first_dense_layers=3, mtp_layers=1, **_MLA),
+    _llama("kimi-k2", 61, 7168, 64, 64, 18432, 163840, 4096,
+           "Kimi K2 1.04T-A32B (Moonshot AI): DeepSeek-V3's layers with 64 heads, 384 routed experts top-8 + 1 "
+           "shared, first layer dense, no MTP", family="deepseek", experts=384, top_k=8, expert_ffn=2048,
+           shared_expert_ffn=2048, first_dense_layers=1, **_MLA),
+    _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096,
+           "Qwen3-30B-A3B (Qwen 2025): 128 experts of 768 top-8, QK-norm, head size 128", family="qwen",
+           head_size=128, qk_norm=True, experts=128, top_k=8, expert_ffn=768),
+    _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096,
+           "Qwen3-235B-A22B: 128 experts of 1536 top-8, QK-norm, head size 128", family="qwen",
+           head_size=128, qk_norm=True, experts=128, top_k=8, expert_ffn=1536),
+    _llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 4096,
+           "gpt-oss-120b (OpenAI 2025): 128 experts of 2880 top-4, sliding window 128 on every other layer, "
+           "attention sinks, biased attention", family="gpt-oss", head_size=64, experts=128, top_k=4,
+           expert_ffn=2880, sliding_window=128, window_layers="alternate", attention_sinks=True, qkv_bias=True,
+           out_bias=True, mlp_bias=False),
+    _llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 4096,
+           "gpt-oss-20b: gpt-oss-120b's layers, 24 of them, 32 experts top-4", family="gpt-oss", head_size=64,
+           experts=32, top_k=4, expert_ffn=2880, sliding_window=128, window_layers="alternate",
+           attention_sinks=True, qkv_bias=True, out_bias=True, mlp_bias=False),
+    replace(_llama("nemotron-3-nano", 52, 2688, 32, 2, 1856, 131072, 8192,
+                   "Nemotron 3 Nano 31.6B-A3.6B (NVIDIA 2025): hybrid Mamba2 + MoE (128 experts of 1856 top-6 + a "
+                   "shared 3712, squared ReLU), 6 attention layers", family="nemotron", head_size=128, experts=128,
+                   top_k=6, expert_ffn=1856, shared_expert_ffn=3712, layer_pattern=_NANO_PATTERN, mamba_heads=64,
+                   mamba_head_dim=64, mamba_state=128, mamba_groups=8), mlp="relu2"),
     TransformerConfig("bert-base", "bert", 12, 768, 12, 3072, 30522, 512, causal=False, max_positions=512,
                       description="BERT-base 110M (Devlin et al. 2019), encoder, seq 512"),
     TransformerConfig("bert-large", "bert", 24, 1024, 16, 4096, 30522, 512, causal=False, max_positions=512,
