@@ -169,7 +169,7 @@ def test_defaults_and_descriptions() -> None:
     assert "balanced" in notes["mixtral-8x7b.json"]
     assert notes["qwen2-7b.json"] == ""  # use_sliding_window false
     assert set(READERS) == {"bert", "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe",
-                            "qwen2_moe", "deepseek_v3", "kimi_k2", "gpt_oss"}
+                            "qwen2_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "nemotron_h"}
 
 
 def test_name_model_type_and_folder_inference(tmp_path: Path) -> None:
@@ -232,7 +232,12 @@ def _edit(file: str, drop: str | None = None, **values: Any) -> dict[str, Any]:
     ("[1, 2]", ["model.hf_config", "not an object"]),
     ("\udcff", ["model.hf_config", "not UTF-8"]),
     ({"model_type": "t5"}, ["hf_config.model_type", "'t5'", ", ".join(READERS)]),
-    ({"model_type": "nemotron_h"}, ["hf_config.model_type", "'nemotron_h'"]),
+    ({"model_type": "llama4_text"}, ["hf_config.model_type", "'llama4_text'"]),
+    (_edit("nemotron-3-nano-30b-a3b.json", hybrid_override_pattern="MEM*"),
+     ["hf_config.hybrid_override_pattern", "52 letters"]),
+    (_edit("nemotron-3-nano-30b-a3b.json", hybrid_override_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEMX"),
+     ["hf_config.hybrid_override_pattern", "M * E -"]),
+    (_edit("nemotron-3-nano-30b-a3b.json", num_nextn_predict_layers=1), ["hf_config.num_nextn_predict_layers"]),
     ({"vocab_size": 3}, ["hf_config.model_type", "missing"]),
     (_edit("llama-2-7b.json", drop="hidden_size"), ["hf_config.hidden_size", "missing"]),
     (_edit("gpt2.json", drop="n_embd"), ["hf_config.n_embd", "missing"]),
@@ -337,6 +342,7 @@ def test_cli_bad_hf_input_is_one_line_and_exit_2(args: list[str], names: list[st
     # head, which trainsim shares with the main model's)
     ("deepseek-v3.json", 685e9, 37e9),
     ("gpt-oss-120b.json", 116.83e9, 5.1e9),  # OpenAI's model card: 116.83B total, 5.13B active
+    ("nemotron-3-nano-30b-a3b.json", 31.6e9, 3.6e9),  # NVIDIA's model card: 31.6B total, 3.6B active with embeddings
 ])
 def test_moe_configs_count_their_published_parameters(file: str, published: float, active: float) -> None:
     m = build_hf_model(HF / file, 1, 4096)
@@ -356,6 +362,22 @@ def test_moe_readers_map_the_architecture() -> None:
     kimi = load_hf_config(write_tmp({**cfg_json("deepseek-v3.json"), "model_type": "kimi_k2", "n_routed_experts": 384,
                                      "num_attention_heads": 64, "first_k_dense_replace": 1}))
     assert (kimi.experts, kimi.heads, kimi.first_dense_layers) == (384, 64, 1)
+
+
+def test_nemotron_h_reads_its_hybrid_pattern_either_way() -> None:
+    """Nemotron-H's pattern as hybrid_override_pattern letters or as layers_block_type names: the same model, 23
+    Mamba2 mixers (chunk 128 as its config states), 23 MoE MLPs and 6 attention layers."""
+    nano = load_hf_config(HF / "nemotron-3-nano-30b-a3b.json")
+    assert (nano.layer_pattern.count("M"), nano.layer_pattern.count("E"), nano.layer_pattern.count("*")) == (23, 23, 6)
+    assert (nano.mamba_heads, nano.mamba_head_dim, nano.mamba_state, nano.mamba_groups, nano.mamba_chunk) == \
+        (64, 64, 128, 8, 128)
+    assert (nano.mlp, nano.experts, nano.top_k, nano.expert_ffn, nano.shared_expert_ffn, nano.head_size) == \
+        ("relu2", 128, 6, 1856, 3712, 128)
+    names = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
+    data = cfg_json("nemotron-3-nano-30b-a3b.json")
+    listed = {k: v for k, v in data.items() if k != "hybrid_override_pattern"}
+    listed["layers_block_type"] = [names[c] for c in data["hybrid_override_pattern"]]
+    assert load_hf_config(write_tmp(listed)).layer_pattern == nano.layer_pattern
 
 
 def write_tmp(data: dict[str, Any]) -> Path:

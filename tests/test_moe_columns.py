@@ -441,7 +441,8 @@ def test_a_nemotron_row_maps_its_pattern_and_mamba_sizes() -> None:
 # ---- zoo presets of the MoE families (issue 23) ----------------------------------------------------------------
 
 @pytest.mark.parametrize(("preset", "file"), [("deepseek-v3", "deepseek-v3.json"), ("qwen3-30b-a3b", "qwen3-30b-a3b.json"),
-                                              ("gpt-oss-120b", "gpt-oss-120b.json")])
+                                              ("gpt-oss-120b", "gpt-oss-120b.json"),
+                                              ("nemotron-3-nano", "nemotron-3-nano-30b-a3b.json")])
 def test_moe_presets_are_their_published_configs(preset: str, file: str) -> None:
     """A preset builds the same model, op for op, as its Hugging Face config.json read by --hf-config."""
     from trainsim.workload.hf import build_hf_model

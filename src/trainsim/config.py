@@ -117,6 +117,8 @@ class ModelSpec(_Strict):
                                     "(default 128)")
     mamba_groups: int | None = Field(None, ge=1, le=MAX_HEADS, description="Mamba2 layers: groups sharing B and C "
                                      "(default 8)")
+    mamba_chunk: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description="Mamba2 layers: the chunk length of the "
+                                    "SSD scan (default 256, mamba_ssm's; Nemotron-H's configs state 128)")
     experts: int | None = Field(None, ge=1, le=MAX_HEADS, description="mixture of experts: routed experts in "
                                 "every layer's MLP (but model.first_dense_layers), each of model.expert_ffn features, "
                                 "beside model.shared_expert_ffn; None keeps the model's own (0 for dense models)")

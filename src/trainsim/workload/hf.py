@@ -21,7 +21,7 @@ FIELD = "model.hf_config"
 GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate",
                        "quick_gelu"})
 ARCH_PREFIXES = (("Qwen3Moe", "qwen3_moe"), ("Qwen3", "qwen3"), ("Qwen2Moe", "qwen2_moe"), ("Qwen2", "qwen2"),
-                 ("DeepseekV3", "deepseek_v3"), ("GptOss", "gpt_oss"), ("Mixtral", "mixtral"),
+                 ("DeepseekV3", "deepseek_v3"), ("GptOss", "gpt_oss"), ("NemotronH", "nemotron_h"), ("Mixtral", "mixtral"),
                  ("Mistral", "mistral"), ("Llama", "llama"), ("GPTNeoX", "gpt_neox"), ("GPT2", "gpt2"),
                  ("Bert", "bert"))
 UNSUPPORTED_WHY: dict[str, str] = {}
@@ -294,6 +294,60 @@ def _gpt_oss(f: _Fields, mt: str) -> TransformerConfig:
                    qkv_bias=f.boolean("attention_bias", True), out_bias=f.boolean("attention_bias", True))
 
 
+_BLOCK_LETTERS = {"mamba": "M", "attention": "*", "full_attention": "*", "moe": "E", "mlp": "-"}
+"""Nemotron-H's layers_block_type names as the letters of its hybrid_override_pattern (and model.layer_pattern)."""
+
+
+def _nemotron_h(f: _Fields, mt: str) -> TransformerConfig:
+    """Nemotron-H and Nemotron 3 (hybrid Mamba2 + attention + MLP or MoE): one mixer per layer by
+    hybrid_override_pattern (or layers_block_type): M a Mamba2 mixer (mamba_num_heads x mamba_head_dim channels,
+    ssm_state_size per head in n_groups groups, chunk_size), * GQA attention (head_dim), - a squared-ReLU MLP of
+    intermediate_size, E routed experts of moe_intermediate_size beside a shared one of
+    moe_shared_expert_intermediate_size."""
+    layers, hidden = f.positive_int("num_hidden_layers"), f.positive_int("hidden_size")
+    heads = f.positive_int("num_attention_heads")
+    pattern = f.data.get("hybrid_override_pattern")
+    if pattern is None and isinstance(f.data.get("layers_block_type"), list):
+        kinds = f.data["layers_block_type"]
+        if any(k not in _BLOCK_LETTERS for k in kinds):
+            raise f._error("layers_block_type", f"has a layer kind outside {', '.join(_BLOCK_LETTERS)}",
+                           "use mamba, attention, moe or mlp")
+        pattern = "".join(_BLOCK_LETTERS[k] for k in kinds)
+    if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*E-"):
+        raise f._error("hybrid_override_pattern", f"must be {layers} letters of M * E -, got {pattern!r}",
+                       "state the published pattern (one letter per layer)")
+    act = f.string("mlp_hidden_act", "relu2")
+    if act != "relu2":
+        f.assumptions.append(f"MLP activation {act} costed as squared ReLU (elementwise only)")
+    if f.positive_int("conv_kernel", 4) != 4:
+        f.assumptions.append(f"Mamba2 convolution width {f.data['conv_kernel']} costed as 4 (elementwise only)")
+    extra: dict[str, Any] = {}
+    if "E" in pattern:
+        experts, top_k = _experts(f, "n_routed_experts")
+        shared = f.data.get("moe_shared_expert_intermediate_size") or 0
+        extra = {"experts": experts, "top_k": top_k, "expert_ffn": f.positive_int("moe_intermediate_size"),
+                 "shared_expert_ffn": int(shared) if f.data.get("n_shared_experts", 1) else 0}
+        if f.data.get("routed_scaling_factor") is not None:
+            f.notes.append(f"routed_scaling_factor {f.data['routed_scaling_factor']} (no effect on the cost)")
+    if f.data.get("num_nextn_predict_layers"):
+        raise f._error("num_nextn_predict_layers", "Nemotron's multi-token prediction layers are not modelled",
+                       "use a config without them (num_nextn_predict_layers 0)")
+    _rope_notes(f)
+    _lm_head_note(f, mt)
+    seq = f.positive_int("max_position_embeddings")
+    head_size = f.positive_int("head_dim", hidden // heads)
+    return TransformerConfig(
+        "", "nemotron", layers, hidden, heads, f.positive_int("intermediate_size"), f.positive_int("vocab_size"),
+        seq, kv_heads=f.positive_int("num_key_value_heads", heads), norm="rmsnorm", mlp="relu2", position="rope",
+        bias=False, dropout=False, tied_embeddings=f.boolean("tie_word_embeddings", False), max_positions=seq,
+        head_size=None if head_size * heads == hidden else head_size, layer_pattern=pattern,
+        mamba_heads=f.positive_int("mamba_num_heads") if "M" in pattern else 0,
+        mamba_head_dim=f.positive_int("mamba_head_dim", 64), mamba_state=f.positive_int("ssm_state_size", 128),
+        mamba_groups=f.positive_int("n_groups", 8), mamba_chunk=f.positive_int("chunk_size", 256),
+        qkv_bias=f.boolean("attention_bias", False), out_bias=f.boolean("attention_bias", False),
+        mlp_bias=f.boolean("mlp_bias", False), **extra)
+
+
 def _gpt2(f: _Fields, mt: str) -> TransformerConfig:
     """GPT-2: LayerNorm, GELU MLP (n_inner, null = 4 n_embd), learned positions, biases, tied LM head."""
     hidden, heads = f.positive_int("n_embd"), f.positive_int("n_head")
@@ -381,7 +435,7 @@ def _bert(f: _Fields, mt: str) -> TransformerConfig:
 READERS: dict[str, Callable[[_Fields, str], TransformerConfig]] = {
     "bert": _bert, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
     "mixtral": _llama_like, "qwen2": _llama_like, "qwen3": _qwen3, "qwen3_moe": _qwen3, "qwen2_moe": _qwen3,
-    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss,
+    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss, "nemotron_h": _nemotron_h,
 }
 """Supported `model_type`s (keys) and their readers."""
 

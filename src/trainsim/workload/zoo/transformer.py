@@ -40,7 +40,7 @@ FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "ke
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
             "sliding_window", "window_layers", "attention_sinks", "mtp_layers", "layer_pattern", "mamba_heads",
-            "mamba_head_dim", "mamba_state", "mamba_groups")
+            "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -107,6 +107,7 @@ class TransformerConfig:
     mamba_head_dim: int = 64
     mamba_state: int = 128
     mamba_groups: int = 8
+    mamba_chunk: int = 256  # the SSD scan's chunk length (mamba_ssm's default 256; Nemotron-H's configs: 128)
     qkv_bias: bool | None = None  # None: follow `bias` (Qwen2 has q/k/v biases only)
     out_bias: bool | None = None  # attention output projection bias; None: follow `bias`
     mlp_bias: bool | None = None  # MLP / expert-free FFN biases; None: follow `bias`
@@ -384,8 +385,6 @@ def _shared_expert_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
 
 MAMBA_CONV = 4
 """Mamba2's depthwise causal convolution width (mamba_ssm's d_conv default)."""
-MAMBA_CHUNK = 256
-"""The chunk length of Mamba2's chunked SSD scan (mamba_ssm's chunk_size default)."""
 
 
 def _mamba2_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
@@ -403,14 +402,15 @@ def _mamba2_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     mc = di + 2 * G * N  # x, B and C: what the convolution mixes
     mz = di + mc + H  # z, x, B, C and the step dt
     tok = {"b": b, "s": s}
-    per_channel = 2 * MAMBA_CHUNK + 4 * N + 2 * MAMBA_CHUNK * N * G / di
+    Q = cfg.mamba_chunk
+    per_channel = 2 * Q + 4 * N + 2 * Q * N * G / di
     return [
         Op("in_proj", OpKind.MATMUL, {**tok, "h": h, "mz": mz}, (("b", "s", "h"),), ("b", "s", "mz"),
            weight=("mz", "h"), saved=(_linear_input(cfg, ("b", "s", "h")),)),
         Op("conv1d", OpKind.ELEMENTWISE, {**tok, "mz": mz, "mc": mc}, (("b", "s", "mz"),), ("b", "s", "mc"),
            extra_params=mc * (MAMBA_CONV + 1), flops_per_point=2.0 * MAMBA_CONV,
            saved=(SavedTensor("input", ("b", "s", "mc")),)),
-        Op("ssd", OpKind.ATTENTION, {**tok, "t": MAMBA_CHUNK, "hm": H, "p": P, "mc": mc, "md": di},
+        Op("ssd", OpKind.ATTENTION, {**tok, "t": Q, "hm": H, "p": P, "mc": mc, "md": di},
            (("b", "s", "mc"),), ("b", "s", "md"), flop_dims=("b", "s", "hm", "p"), flops_per_point=per_channel,
            extra_params=3 * H, bwd_flops_factor=2.0,  # dt bias, A and D per head
            saved=(SavedTensor("input", ("b", "s", "mc")), SavedTensor("out", ("b", "s", "md")))),
@@ -766,7 +766,7 @@ TRANSFORMERS: dict[str, TransformerConfig] = {c.name: c for c in [
                    "Nemotron 3 Nano 31.6B-A3.6B (NVIDIA 2025): hybrid Mamba2 + MoE (128 experts of 1856 top-6 + a "
                    "shared 3712, squared ReLU), 6 attention layers", family="nemotron", head_size=128, experts=128,
                    top_k=6, expert_ffn=1856, shared_expert_ffn=3712, layer_pattern=_NANO_PATTERN, mamba_heads=64,
-                   mamba_head_dim=64, mamba_state=128, mamba_groups=8), mlp="relu2"),
+                   mamba_head_dim=64, mamba_state=128, mamba_groups=8, mamba_chunk=128), mlp="relu2"),
     TransformerConfig("bert-base", "bert", 12, 768, 12, 3072, 30522, 512, causal=False, max_positions=512,
                       description="BERT-base 110M (Devlin et al. 2019), encoder, seq 512"),
     TransformerConfig("bert-large", "bert", 24, 1024, 16, 4096, 30522, 512, causal=False, max_positions=512,
