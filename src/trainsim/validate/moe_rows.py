@@ -125,14 +125,14 @@ def moe_column_fields(row: dict[str, str]) -> dict[str, Any] | str | None:
 
 def _hybrid_fields(row: dict[str, str]) -> dict[str, Any] | str:
     """A hybrid Mamba2 model's keys: its layer pattern (moe_layer_freq 'hybrid pattern MEM*E...') and its Mamba2
-    sizes (attention '... Mamba2 (64 heads x 64, state 128)'), or what is missing. Groups of B and C: 8 where
-    unstated (Nemotron-H's n_groups)."""
+    sizes (attention '... Mamba2 (64 heads x 64, state 128)'), or what is missing. Groups of B and C: 8, and the
+    scan's chunk: 128, where unstated (Nemotron-H's published n_groups and chunk_size)."""
     pattern = re.search(r"pattern\s+([me*\-]+)", _cells(row, "moe_layer_freq"))
     sizes = re.search(r"mamba2?\s*\((\d+)\s*heads?\s*x\s*(\d+),\s*state\s*(\d+)", _cells(row, "attention"))
     if pattern is None or sizes is None:
         return "hybrid Mamba2 layers without their layer pattern or Mamba2 sizes (heads x head dim, state)"
     return {"layer_pattern": pattern.group(1).upper(), "mamba_heads": int(sizes.group(1)),
-            "mamba_head_dim": int(sizes.group(2)), "mamba_state": int(sizes.group(3))}
+            "mamba_head_dim": int(sizes.group(2)), "mamba_state": int(sizes.group(3)), "mamba_chunk": 128}
 
 
 def _mla_fields(row: dict[str, str]) -> dict[str, Any] | str:
