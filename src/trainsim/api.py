@@ -226,7 +226,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         max_ongoing=s.max_ongoing_micro_batch, micro_batch=s.micro_batch,
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
                         overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap,
-                        cp_comm=s.cp_comm, dp_replicate=s.dp_replicate, first_stage_layers=s.first_stage_layers,
+                        cp_comm=s.cp_comm, ep_dispatcher=s.ep_dispatcher, ep_node_limit=s.ep_node_limit,
+                        dp_replicate=s.dp_replicate, first_stage_layers=s.first_stage_layers,
                         last_stage_layers=s.last_stage_layers,
                         stage_layer_counts=tuple(s.stage_layers) if s.stage_layers is not None else None,
                         p2p_scatter_gather=s.p2p_scatter_gather,
@@ -495,6 +496,7 @@ def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
                         micro_batch=tree.micro_batch, global_batch=tree.global_batch,
                         overlap_grad_reduce=tree.overlap_grad_reduce, overlap_param_gather=tree.overlap_param_gather,
                         tp_comm_overlap=tree.tp_comm_overlap, cp_comm=tree.cp_comm,
+                        ep_dispatcher=tree.ep_dispatcher, ep_node_limit=tree.ep_node_limit,
                         p2p_scatter_gather=tree.p2p_scatter_gather, offload=tree.offload,
                         offload_activations=tree.offload_activations)
 

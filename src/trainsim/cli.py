@@ -108,6 +108,10 @@ def simulate(
                                                 help="TP all-gather/reduce-scatter pipelined with the GEMMs "
                                                      "they feed (Megatron --tp-comm-overlap)")] = None,
     cp_comm: Annotated[str | None, Opt(help="context-parallel attention: p2p (ring, default) | all_gather")] = None,
+    ep_dispatcher: Annotated[str | None, Opt(help="MoE token dispatch: alltoall (NCCL, default) | deepep "
+                                                  "(two-hop: one copy per node over RDMA, NVLink forwarding)")] = None,
+    ep_node_limit: Annotated[int | None, Opt(help="with --ep-dispatcher deepep: nodes a token reaches at most "
+                                                  "(DeepSeek-V3's node-limited routing: 4)")] = None,
     dp_replicate: Annotated[int | None, Opt(help="HSDP: replicas of each FSDP/ZeRO sharding group "
                                                  "(shard over dp / dp_replicate ranks)")] = None,
     first_stage_layers: Annotated[int | None, Opt(help="uneven pipeline: layers on the first stage (Megatron "
@@ -219,7 +223,8 @@ def simulate(
                      "max_ongoing_micro_batch": max_ongoing,
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
-                     "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm,
+                     "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm, "ep_dispatcher": ep_dispatcher,
+                     "ep_node_limit": ep_node_limit,
                      "dp_replicate": dp_replicate, "first_stage_layers": first_stage_layers,
                      "last_stage_layers": last_stage_layers, "offload": offload,
                      "offload_in_switch": in_switch_collectives, "offload_activations": offload_activations,

@@ -293,6 +293,12 @@ class StrategySpec(_Strict):
         "p2p", description="context-parallel attention: p2p (ring attention, Megatron/Transformer Engine's default: "
         "K and V chunks pass round the cp ring under the attention of the previous chunk) or all_gather (K and V "
         "gathered before one attention kernel, as Llama 3 did)")
+    ep_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="how MoE tokens reach their experts across nodes: alltoall (NCCL's all-to-all: one "
+        "copy per remote expert) or deepep (DeepEP / HybridEP, Megatron's flex dispatcher: one copy per remote node "
+        "over RDMA, forwarded to its experts over NVLink)")
+    ep_node_limit: int | None = Field(None, ge=1, le=MAX_GPUS, description="node-limited routing (DeepSeek-V3: 4): "
+                                      "each token reaches at most this many nodes (with ep_dispatcher deepep)")
     p2p_scatter_gather: bool = Field(True, description="Megatron's scatter/gather pipeline hand-off: a tensor "
                                      "replicated over tp is sent 1/tp per rank and all-gathered on arrival")
     offload: Literal["none", "cpu", "nvme", "remote"] = Field(
@@ -321,6 +327,9 @@ class StrategySpec(_Strict):
                                               or self.last_stage_layers is not None):
             raise ConfigError("strategy.stage_layers", "gives every stage's layers; first_stage_layers / "
                               "last_stage_layers would set them twice", "keep one of the two forms")
+        if self.ep_node_limit is not None and self.ep_dispatcher != "deepep":
+            raise ConfigError("strategy.ep_node_limit", "applies to the two-hop dispatch only",
+                              "add ep_dispatcher: deepep, or drop ep_node_limit")
         if self.cp_comm != "p2p" and self.cp == 1:
             raise ConfigError("strategy.cp_comm", "only applies with context parallelism (cp > 1)",
                               "add --cp, or drop --cp-comm")

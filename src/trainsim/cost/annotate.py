@@ -23,7 +23,7 @@ from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
 from ..workload.ir import Op, OpKind, OpValues
-from .comm import CommModel, port_key
+from .comm import CommModel, NcclComm, port_key, two_hop_remote_share
 from .compute import ComputeModel
 from .offload import gather_group_system
 
@@ -168,8 +168,12 @@ class _CommPricer:
     leaves every count the same. `cache` off: everything is priced anew (the reference)."""
 
     def __init__(self, mesh: DeviceMesh, cluster: Cluster, comm: CommModel, memory: MemorySystem | None, *,
-                 sharing: bool, exact: bool, cache: bool, flows: bool = True) -> None:
+                 sharing: bool, exact: bool, cache: bool, flows: bool = True,
+                 two_hop: tuple[int, int, int | None] | None = None) -> None:
         self.mesh, self.comm, self.memory = mesh, comm, memory
+        # (experts, top_k, node limit) of a MoE whose expert-parallel all-to-alls are two-hop dispatches
+        # (strategy.ep_dispatcher deepep), where the comm model prices them (NcclComm)
+        self.two_hop = two_hop if isinstance(comm, NcclComm) else None
         self.sharing, self.exact, self.cache = sharing, exact, cache
         self.gpn = cluster.gpus_per_node
         self.world_size = cluster.world_size
@@ -196,25 +200,36 @@ class _CommPricer:
             self._conc[key] = count()
         return self._conc[key]
 
-    def call(self, collective: str, size: float, group: tuple[int, ...], conc: int) -> tuple[float, Demand | None]:
+    def call(self, collective: str, size: float, group: tuple[int, ...], conc: int,
+             share: float = 1.0) -> tuple[float, Demand | None]:
         """(seconds, demand) of one call; shared by groups that are node shifts of each other where the comm
-        model allows (each caller gets its own copy of the demand's work)."""
+        model allows (each caller gets its own copy of the demand's work). `share`: a two-hop all-to-all's
+        cross-node share (NcclComm's remote_share)."""
         if not self.shift_invariant or min(group) < 0 or max(group) >= self.world_size:
-            return self._price(collective, size, group, conc)
+            return self._price(collective, size, group, conc, share)
         base = min(group) // self.gpn * self.gpn
-        key = (collective, size, tuple(r - base for r in group), conc)
+        key = (collective, size, tuple(r - base for r in group), conc, share)
         hit = self._priced.get(key)
         if hit is None:
-            hit = self._priced[key] = self._price(collective, size, group, conc)
+            hit = self._priced[key] = self._price(collective, size, group, conc, share)
         t, dem = hit
         return t, None if dem is None else (dem[0], dict(dem[1]))
 
-    def _price(self, collective: str, size: float, group: tuple[int, ...], conc: int) -> tuple[float, Demand | None]:
+    def _price(self, collective: str, size: float, group: tuple[int, ...], conc: int,
+               share: float = 1.0) -> tuple[float, Demand | None]:
+        kw = {"remote_share": share} if share != 1.0 else {}
         if self.demand_of is None:
-            return self.comm.time(collective, size, group, conc), None
+            return self.comm.time(collective, size, group, conc, **kw), None
         if self.priced_of is not None:  # one algorithm choice for both
-            return self.priced_of(collective, size, group, conc)
-        return self.comm.time(collective, size, group, conc), self.demand_of(collective, size, group, conc)
+            return self.priced_of(collective, size, group, conc, **kw)
+        return self.comm.time(collective, size, group, conc, **kw), self.demand_of(collective, size, group, conc, **kw)
+
+    def share(self, step: Step, group: tuple[int, ...]) -> float:
+        """The cross-node share of an expert-parallel all-to-all sent as a two-hop dispatch, else 1."""
+        if self.two_hop is None or step.collective != "all_to_all" or "ep" not in step.axes:
+            return 1.0
+        experts, top_k, limit = self.two_hop
+        return two_hop_remote_share(experts, top_k, len({r // self.gpn for r in group}), limit)
 
     def pair(self, collective: str, size: float, a: int, b: int) -> tuple[float, Demand | None]:
         """A call between rank `a` and its peer `b` of another stage (pipeline send, tied-embedding sum)."""
@@ -247,7 +262,7 @@ class _CommPricer:
         stage = self.stage_of(stage_rank)
         ckey = ("axes", step.axes) if self.aligned else ("axes", step.axes, stage)
         conc = self.concurrency(ckey, lambda: axes_concurrency(self.mesh, step.axes, stage, group, self.gpn))
-        t, dem = self.call(step.collective, step.size_bytes, group, conc)
+        t, dem = self.call(step.collective, step.size_bytes, group, conc, self.share(step, group))
         self.times[key] = t
         if self.book is not None and dem is not None:
             self.book.steps[key] = dem
@@ -285,7 +300,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     dtype = program.precision.compute_dtype
     mesh = program.mesh
     costs = _CostCache(compute, device, dtype, cache, program.op_values if cache else None)
-    pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache, flows=flows)
+    tree, hyper = program.tree, program.tree.model.hyper
+    two_hop = (int(hyper["experts"]), int(hyper["top_k"]), tree.ep_node_limit) \
+        if tree.ep_dispatcher == "deepep" and hyper.get("experts") else None
+    pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache, flows=flows,
+                         two_hop=two_hop)
     book = pricer.book
     pair_time = pricer.pair
 

@@ -327,6 +327,42 @@ class _Shape:
         return self.nodes > 1
 
 
+def _all_to_all_bytes(size: float, n: int, k: int, multi_node: bool, remote_share: float = 1.0) -> tuple[float, float]:
+    """(bytes through one GPU's NVLink, bytes through its node's NICs) of an all-to-all of `size` bytes per rank
+    over n ranks, k per node. Direct (NCCL's, remote_share 1): size (k - 1) / n on NVLink, the node's k ranks'
+    size (n - k) / n over the NICs. Two-hop (a MoE dispatch that sends a token once per destination node and
+    forwards it there over NVLink, as DeepEP's and HybridEP's inter-node kernels do): the NICs carry
+    `remote_share` of that, and NVLink also forwards what arrives, size (n - k) / n, beside its own share."""
+    net = k * size * (n - k) / n if multi_node else 0.0
+    intra = size * (k - 1) / n if k > 1 else 0.0
+    if remote_share < 1.0 and multi_node:
+        net *= remote_share
+        intra += size * (n - k) / n if k > 1 else 0.0
+    return intra, net
+
+
+def two_hop_remote_share(experts: int, top_k: int, nodes: int, node_limit: int | None = None) -> float:
+    """Cross-node bytes of a two-hop MoE dispatch over those of a direct all-to-all: a token routed to top_k of
+    `experts` spread evenly over `nodes` nodes sends one copy per remote node it reaches instead of one per remote
+    expert. Balanced routing (top_k experts uniformly without replacement): a remote node is reached with
+    probability 1 - C(experts - experts / nodes, top_k) / C(experts, top_k), against top_k / experts x experts /
+    nodes copies it would get; with node-limited routing (DeepSeek-V3: each token to at most `node_limit`
+    nodes, every chosen node reached) node_limit (nodes - 1) / nodes remote nodes against top_k (nodes - 1) /
+    nodes copies."""
+    if nodes <= 1 or top_k <= 1:
+        return 1.0
+    copies = top_k * (nodes - 1) / nodes
+    if node_limit is not None and node_limit < nodes:
+        reached = node_limit * (nodes - 1) / nodes
+    else:
+        per_node = experts / nodes
+        miss = 1.0
+        for i in range(top_k):  # C(E - E/N, K) / C(E, K) as a product
+            miss *= max(0.0, (experts - per_node - i) / (experts - i))
+        reached = (nodes - 1) * (1.0 - miss)
+    return min(1.0, reached / copies)
+
+
 def _link_type(level: Level, network: bool) -> str:
     return LINK_TYPES.get(level.name, "infiniband" if network else "nvlink")
 
@@ -458,22 +494,25 @@ class NcclComm:
         return self.p.launch_us + max(0, serial) * self.p.serial_launch_us
 
     # -- public API ----------------------------------------------------------------------------
-    def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1) -> float:
-        """Seconds for one collective of `size_bytes` (nccl-tests convention) over `group`."""
-        return self.choose(collective, size_bytes, group, concurrency).time_s
+    def time(self, collective: str, size_bytes: float, group: tuple[int, ...], concurrency: int = 1, *,
+             remote_share: float = 1.0) -> float:
+        """Seconds for one collective of `size_bytes` (nccl-tests convention) over `group`. `remote_share`: an
+        all-to-all whose cross-node bytes are that share of what every rank sending to every peer moves (a
+        two-hop MoE dispatch sends each token once per destination node: `two_hop_remote_share`)."""
+        return self.choose(collective, size_bytes, group, concurrency, remote_share=remote_share).time_s
 
     def choose(self, collective: str, size_bytes: float, group: tuple[int, ...],
-               concurrency: int = 1) -> CommChoice:
+               concurrency: int = 1, *, remote_share: float = 1.0) -> CommChoice:
         """The (algorithm, protocol) NCCL's own tuning model picks (its fastest estimate among the
         enabled options), with the calibrated time of that choice."""
-        return self._choose(self.options(collective, size_bytes, group, concurrency))
+        return self._choose(self.options(collective, size_bytes, group, concurrency, remote_share=remote_share))
 
     @staticmethod
     def _choose(options: list[tuple[CommChoice, float]]) -> CommChoice:
         return min(options, key=lambda o: o[1])[0] if options else CommChoice("none", "none", 0.0)
 
     def options(self, collective: str, size_bytes: float, group: tuple[int, ...],
-                concurrency: int = 1) -> list[tuple[CommChoice, float]]:
+                concurrency: int = 1, *, remote_share: float = 1.0) -> list[tuple[CommChoice, float]]:
         """Every (algorithm, protocol) NCCL could run for the call, as (calibrated choice, NCCL's estimate
         in seconds), after NCCL_ALGO / NCCL_PROTO-like restrictions; empty for a trivial call.
 
@@ -485,16 +524,17 @@ class NcclComm:
         ranks = tuple(dict.fromkeys(group))
         if len(ranks) <= 1 or size_bytes <= 0:
             return []
-        return self._options(collective, size_bytes, ranks, self._shape(ranks, max(1, int(concurrency)), collective))
+        return self._options(collective, size_bytes, ranks, self._shape(ranks, max(1, int(concurrency)), collective),
+                             remote_share)
 
     def _options(self, collective: str, size_bytes: float, ranks: tuple[int, ...],
-                 shape: _Shape) -> list[tuple[CommChoice, float]]:
+                 shape: _Shape, remote_share: float = 1.0) -> list[tuple[CommChoice, float]]:
         """`options` of a non-trivial call whose group's layout is `shape`."""
         if collective == "send_recv":
             choice = self._send_recv(size_bytes, ranks, shape)
             return [(choice, choice.time_s)]
         if collective == "all_to_all":
-            choice = self._all_to_all(size_bytes, shape)
+            choice = self._all_to_all(size_bytes, shape, remote_share)
             return [(choice, choice.time_s)]
         options = [self._ring(collective, size_bytes, shape, p) for p in self._protocols(shape)]
         if collective == "all_reduce" and shape.multi_node:
@@ -504,7 +544,7 @@ class NcclComm:
         return [o for o in options if o[0].algorithm in self.algorithms] or options
 
     def demand(self, collective: str, size_bytes: float, group: tuple[int, ...],
-               concurrency: int = 1) -> tuple[float, dict[str, float]]:
+               concurrency: int = 1, *, remote_share: float = 1.0) -> tuple[float, dict[str, float]]:
         """(latency_s, {link key: work seconds}) of the call `time()` prices: latency + max(work) == time.
 
         The latency is what the chosen algorithm/protocol takes with every link infinitely fast
@@ -513,10 +553,10 @@ class NcclComm:
         to carry the call's bytes alone (the bottleneck gets the whole bandwidth part). Keys:
         'intra<i>:<level name>' (a GPU's link at intra-node level i), 'rail' (a rank's own NIC
         share), 'nic' (the node's NICs, whose share among `concurrency` groups is in the work)."""
-        return self.priced(collective, size_bytes, group, concurrency)[1]
+        return self.priced(collective, size_bytes, group, concurrency, remote_share=remote_share)[1]
 
     def priced(self, collective: str, size_bytes: float, group: tuple[int, ...],
-               concurrency: int = 1) -> tuple[float, tuple[float, dict[str, float]]]:
+               concurrency: int = 1, *, remote_share: float = 1.0) -> tuple[float, tuple[float, dict[str, float]]]:
         """`time()` and `demand()` of one call from a single choice of algorithm (the cost layer wants both
         for every collective under bandwidth sharing, and choosing is most of the price)."""
         if collective not in COLLECTIVES:
@@ -526,11 +566,11 @@ class NcclComm:
             return 0.0, (0.0, {})
         conc = max(1, int(concurrency))
         shape = self._shape(ranks, conc, collective)  # one layout for the choice and its demand
-        choice = self._choose(self._options(collective, size_bytes, ranks, shape))
-        return choice.time_s, self._demand(choice, collective, size_bytes, ranks, conc, shape)
+        choice = self._choose(self._options(collective, size_bytes, ranks, shape, remote_share))
+        return choice.time_s, self._demand(choice, collective, size_bytes, ranks, conc, shape, remote_share)
 
     def _demand(self, choice: CommChoice, collective: str, size_bytes: float, ranks: tuple[int, ...],
-                conc: int, shape: _Shape) -> tuple[float, dict[str, float]]:
+                conc: int, shape: _Shape, remote_share: float = 1.0) -> tuple[float, dict[str, float]]:
         if choice.time_s <= 0:
             return 0.0, {}
         fast = replace(shape, intra_gbps=math.inf, node_net_gbps=math.inf, rail_gbps=math.inf,
@@ -545,9 +585,9 @@ class NcclComm:
         elif collective == "send_recv":
             latency = self._send_recv(size_bytes, ranks, fast).time_s
         else:
-            latency = self._all_to_all(size_bytes, fast).time_s
+            latency = self._all_to_all(size_bytes, fast, remote_share).time_s
         latency = min(latency, choice.time_s)
-        weights = self._link_weights(collective, size_bytes, ranks, shape, algo, conc)
+        weights = self._link_weights(collective, size_bytes, ranks, shape, algo, conc, remote_share)
         top = max(weights.values(), default=0.0)
         bw_s = choice.time_s - latency
         if top <= 0 or bw_s <= 0:
@@ -555,7 +595,7 @@ class NcclComm:
         return latency, {k: bw_s * w / top for k, w in weights.items() if w > 0}
 
     def _link_weights(self, collective: str, size: float, ranks: tuple[int, ...], shape: _Shape, algo: str,
-                      concurrency: int) -> dict[str, float]:
+                      concurrency: int, remote_share: float = 1.0) -> dict[str, float]:
         """Relative seconds each physical resource needs for the call (the largest is the bottleneck);
         their maximum is 1 / the bandwidth `time()` uses, so `demand()` stays consistent with it."""
         cl = self.cluster
@@ -582,8 +622,7 @@ class NcclComm:
             net_scale = float(max(crossing.values())) if crossing else 0.0
         elif collective == "all_to_all":
             n, k = shape.n, shape.per_node
-            intra_scale = (k - 1) / n * size if k > 1 else 0.0
-            net_scale = k * size * (n - k) / n if shape.multi_node else 0.0
+            intra_scale, net_scale = _all_to_all_bytes(size, n, k, shape.multi_node, remote_share)
             on_node = k > 1
         if on_node and intra_scale > 0:
             span = 1
@@ -810,11 +849,14 @@ class NcclComm:
         link = shape.net_link if crossing else shape.intra_link
         return self._p2p(size, size / (gbps * 1e9), link)
 
-    def _all_to_all(self, size: float, shape: _Shape) -> CommChoice:
-        """Every rank sends size/n to each peer: NVLink carries the on-node share, the NICs the rest."""
+    def _all_to_all(self, size: float, shape: _Shape, remote_share: float = 1.0) -> CommChoice:
+        """Every rank sends size/n to each peer: NVLink carries the on-node share, the NICs the rest (a two-hop
+        dispatch, `remote_share` < 1: the NICs carry that share of it and NVLink forwards it on, see
+        `_all_to_all_bytes`)."""
         n, k = shape.n, shape.per_node
-        intra_s = size * (k - 1) / n / (shape.intra_gbps * 1e9) if k > 1 else 0.0
-        inter_s = k * size * (n - k) / n / (shape.node_net_gbps * 1e9) if shape.multi_node else 0.0
+        intra, net = _all_to_all_bytes(size, n, k, shape.multi_node, remote_share)
+        intra_s = intra / (shape.intra_gbps * 1e9) if k > 1 else 0.0
+        inter_s = net / (shape.node_net_gbps * 1e9) if shape.multi_node else 0.0
         link = shape.net_link if shape.multi_node else shape.intra_link
         return self._p2p(size, max(intra_s, inter_s), link)
 

@@ -537,6 +537,8 @@ class StrategyTree:
     overlap_param_gather: bool = False  # ZeRO-1/2 parameter all-gather runs under the next forward
     tp_comm_overlap: bool = False  # TP collectives pipelined with the GEMM they feed or follow
     cp_comm: str = "p2p"  # context-parallel attention: p2p ring (K/V passed under compute) | all_gather
+    ep_dispatcher: str = "alltoall"  # MoE all-to-alls: alltoall (NCCL) | deepep (two-hop, one copy per node)
+    ep_node_limit: int | None = None  # node-limited routing (with deepep): nodes a token reaches at most
     p2p_scatter_gather: bool = True  # Megatron: a pipeline hand-off replicated over tp goes 1/tp per rank
     zero_stage: int = 0  # informational (what a preset asked for); the compiler reads memory configs
     offload: str = "none"  # none | cpu | nvme | remote: model states live off the GPU (ZeRO-Infinity style)
@@ -771,6 +773,7 @@ class StrategyTree:
                          "max_ongoing_micro_batch": s.max_ongoing_micro_batch},
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "tp_comm_overlap": self.tp_comm_overlap, "cp_comm": self.cp_comm,
+            "ep_dispatcher": self.ep_dispatcher, "ep_node_limit": self.ep_node_limit,
             "p2p_scatter_gather": self.p2p_scatter_gather,
             "offload": self.offload, "offload_in_switch": self.offload_in_switch,
             "offload_activations": self.offload_activations, "zero_stage": self.zero_stage,
@@ -814,6 +817,13 @@ class StrategyTree:
         if cp_comm not in ("p2p", "all_gather"):
             raise ConfigError("strategy.cp_comm", f"unknown value {cp_comm!r}", "use p2p or all_gather")
         tree.cp_comm = str(cp_comm)
+        dispatcher, limit = data.get("ep_dispatcher", "alltoall"), data.get("ep_node_limit")
+        if dispatcher not in ("alltoall", "deepep"):
+            raise ConfigError("strategy.ep_dispatcher", f"unknown value {dispatcher!r}", "use alltoall or deepep")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError("strategy.ep_node_limit", f"must be a positive integer, got {limit!r}",
+                              "fix the value or drop it")
+        tree.ep_dispatcher, tree.ep_node_limit = str(dispatcher), limit
         tree.zero_stage = int(data.get("zero_stage", 0))
         nodes = {n.name: n for n in tree.root.walk() if n.layer is not None}
         layers = need(data, "layers", "strategy")

@@ -157,6 +157,20 @@ def expert_tp(row: dict[str, str]) -> int | None:
     return etp
 
 
+TWO_HOP = re.compile(r"flex|deepep|hybridep|hybrid[-_ ]ep", re.IGNORECASE)
+"""Dispatchers that send a token once per destination node and forward it over NVLink there (DeepEP's and
+HybridEP's inter-node kernels; Megatron's flex dispatcher runs one of them): strategy.ep_dispatcher deepep."""
+
+
+def ep_dispatcher(settings: str, dispatcher_cell: str = "") -> str:
+    """strategy.ep_dispatcher of a row: deepep where its dispatcher (the token_dispatcher column, else
+    --moe-token-dispatcher-type in its settings) is a two-hop one (TWO_HOP), else alltoall (NCCL's all-to-all,
+    which also prices Megatron's allgather dispatcher)."""
+    flag = re.search(r"moe-token-dispatcher-type\s*=\s*(\w+)", settings.lower())
+    text = dispatcher_cell.strip() or (flag.group(1) if flag else "")
+    return "deepep" if TWO_HOP.search(text) else "alltoall"
+
+
 def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -> str:
     """The row's assumption text for its MoE mapping (`dispatcher_cell`: a token_dispatcher column, where the row
     has one)."""
@@ -168,6 +182,8 @@ def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -
               else "every layer")
     shared = (f", beside a shared expert of {fields['shared_expert_ffn']} features"
               if fields.get("shared_expert_ffn") else "")
+    priced = ("a two-hop dispatch (one copy per destination node, forwarded over NVLink: strategy.ep_dispatcher "
+              "deepep)" if ep_dispatcher(settings, dispatcher_cell) == "deepep" else "trainsim's all-to-all")
     return (f"MoE: {layers} routes to {fields['top_k']} of {fields['experts']} experts, {width}{shared}; "
             f"dropless routing priced at the mean load (tokens x top_k / experts per expert); the {kind} "
-            "dispatcher's traffic is priced as trainsim's all-to-all (what expert_fc1 saves is the same)")
+            f"dispatcher's traffic is priced as {priced} (what expert_fc1 saves is the same)")

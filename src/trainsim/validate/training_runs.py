@@ -20,7 +20,7 @@ from typing import Any
 from ..strategy.tree import RECOMPUTE_MODULES, selective_mode
 from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
-from .moe_rows import expert_tp, moe_column_fields, moe_model_fields, moe_note
+from .moe_rows import ep_dispatcher, expert_tp, moe_column_fields, moe_model_fields, moe_note
 from .pipeline_splits import nanotron_stage_layers
 
 REQUIRED_COLUMNS = ("case_id", "model_name", "arch", "gpu", "n_gpus", "flops_convention", "global_batch")
@@ -1029,6 +1029,8 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if dp * tp * pp * cp != n_gpus:
         raise RowSkip("parallel degrees", f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n_gpus}")
     strategy: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "global_batch": gb}
+    if routed and ep > 1:
+        strategy["ep_dispatcher"] = ep_dispatcher(_cell(row, "other_settings"), _cell(row, "token_dispatcher"))
     etp = expert_tp(row) if routed else None
     if etp is not None and etp != tp:
         strategy["etp"] = etp  # 1: whole experts folded over tp x ep (other values: presets name them)

@@ -1,0 +1,105 @@
+"""The two-hop MoE dispatch (strategy.ep_dispatcher deepep: DeepEP / HybridEP send a token once per destination node
+over RDMA and forward it over NVLink): the cross-node share in closed form, the all-to-all it prices, the strategy
+keys and the moe_runs mapping."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trainsim
+from trainsim.cost.calibration import load_calibration
+from trainsim.cost.comm import CommParams, NcclComm, two_hop_remote_share
+from trainsim.errors import ConfigError
+from trainsim.hardware.cluster import get_cluster
+from trainsim.validate.moe_rows import ep_dispatcher
+
+PARAMS = CommParams.model_validate(load_calibration().comm)
+MIB = 1 << 20
+
+
+def test_share_by_hand() -> None:
+    # 128 experts over 2 nodes, top-8: the other node is missed only when all 8 land at home,
+    # C(64, 8) / C(128, 8); a direct all-to-all sends it 8 x 1/2 = 4 copies on average
+    miss = math.comb(64, 8) / math.comb(128, 8)
+    assert two_hop_remote_share(128, 8, 2) == pytest.approx((1 - miss) / 4)
+    # DeepSeek-V3 on 8 nodes, node-limited to 4: 4 x 7/8 remote nodes against 8 x 7/8 remote copies
+    assert two_hop_remote_share(256, 8, 8, node_limit=4) == pytest.approx(0.5)
+    assert two_hop_remote_share(256, 8, 8) == pytest.approx(8 * (1 - math.comb(224, 8) / math.comb(256, 8)) * 7 / 8
+                                                             / (8 * 7 / 8))
+    assert two_hop_remote_share(256, 8, 1) == 1.0  # inside one node nothing crosses
+    assert two_hop_remote_share(8, 1, 4) == 1.0  # top-1: one copy is one node
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([8, 16, 64, 128, 256, 384]), st.integers(1, 16), st.sampled_from([2, 4, 8, 16]))
+def test_share_is_a_fraction_that_falls_with_top_k(experts: int, top_k: int, nodes: int) -> None:
+    top_k = min(top_k, experts)
+    share = two_hop_remote_share(experts, top_k, nodes)
+    assert 0 < share <= 1
+    if top_k < experts:
+        assert two_hop_remote_share(experts, top_k + 1, nodes) <= share + 1e-12  # more copies share more nodes
+
+
+def test_two_hop_all_to_all_carries_the_share_over_the_nics() -> None:
+    """Across nodes the NICs bound an 8-per-node all-to-all: the two-hop one takes that share of the bandwidth
+    time (its NVLink forwarding is 9x faster than a GPU's NIC share), inside one node it is the direct one."""
+    comm = NcclComm(get_cluster("dgx-h100", 4), PARAMS)
+    group, size = tuple(range(32)), 512 * MIB
+    direct = comm.time("all_to_all", size, group)
+    half = comm.time("all_to_all", size, group, remote_share=0.5)
+    fast = NcclComm(get_cluster("dgx-h100", 4), PARAMS)
+    lat = fast.priced("all_to_all", size, group)[1][0]  # the latency part (links infinitely fast)
+    assert half - lat == pytest.approx((direct - lat) * 0.5, rel=1e-6)
+    one_node = tuple(range(8))
+    assert comm.time("all_to_all", size, one_node, remote_share=0.5) == comm.time("all_to_all", size, one_node)
+    # the demand that bandwidth sharing uses adds up to the same time
+    t, (latency, work) = comm.priced("all_to_all", size, group, remote_share=0.5)
+    assert t == pytest.approx(half) and latency + max(work.values()) == pytest.approx(t)
+
+
+def _job(**strategy: Any) -> dict[str, Any]:
+    return {"model": {"name": "qwen3-30b-a3b", "layers": 4, "seq_len": 2048},
+            "cluster": {"name": "dgx-h100", "nodes": 2},
+            "strategy": {"ep": 16, "global_batch": 32, **strategy}, "simulation": {"dtype": "bf16"}}
+
+
+def test_the_two_hop_dispatch_shortens_cross_node_expert_parallelism_only() -> None:
+    direct, two_hop = trainsim.simulate(_job()), trainsim.simulate(_job(ep_dispatcher="deepep"))
+    assert two_hop.breakdown["ep"] < 0.6 * direct.breakdown["ep"]  # 2 nodes, top-8 of 128: share 0.25
+    # the same kernels (their overlap slowdown under gradient traffic moves a little with the timing)
+    assert two_hop.breakdown["compute"] == pytest.approx(direct.breakdown["compute"], rel=0.01)
+    small = {**_job(), "cluster": {"name": "dgx-h100", "nodes": 2}}
+    small["strategy"] = {"ep": 8, "global_batch": 32}  # ep inside each node: nothing crosses
+    inside = trainsim.simulate(small)
+    small["strategy"]["ep_dispatcher"] = "deepep"
+    assert trainsim.simulate(small).iteration_time_s == inside.iteration_time_s
+
+
+def test_strategy_keys_are_checked_and_kept() -> None:
+    with pytest.raises(ConfigError, match=r"^strategy\.ep_node_limit:"):
+        trainsim.simulate(_job(ep_node_limit=4))
+    with pytest.raises(ConfigError, match=r"^strategy\.ep_dispatcher:"):
+        trainsim.simulate(_job(ep_dispatcher="nccl"))
+    limited = trainsim.simulate(_job(ep_dispatcher="deepep", ep_node_limit=1))
+    assert limited.breakdown["ep"] <= trainsim.simulate(_job(ep_dispatcher="deepep")).breakdown["ep"]
+    from trainsim.api import job_tree
+    from trainsim.config import parse_job
+    from trainsim.strategy.tree import StrategyTree
+
+    _, _, tree = job_tree(parse_job(_job(ep_dispatcher="deepep", ep_node_limit=2)))
+    again = StrategyTree.from_dict(tree.model, tree.to_dict())
+    assert (again.ep_dispatcher, again.ep_node_limit) == ("deepep", 2)
+
+
+@pytest.mark.parametrize(("cell", "settings_text", "want"), [
+    ("flex (hybridep)", "", "deepep"), ("flex (deepep)", "", "deepep"), ("DeepEP", "", "deepep"),
+    ("alltoall (model default)", "", "alltoall"), ("", "--moe-token-dispatcher-type=flex", "deepep"),
+    ("", "--moe-token-dispatcher-type=alltoall", "alltoall"), ("", "", "alltoall"),
+])
+def test_rows_name_their_dispatcher(cell: str, settings_text: str, want: str) -> None:
+    assert ep_dispatcher(settings_text, cell) == want
