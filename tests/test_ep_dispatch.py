@@ -103,3 +103,63 @@ def test_strategy_keys_are_checked_and_kept() -> None:
 ])
 def test_rows_name_their_dispatcher(cell: str, settings_text: str, want: str) -> None:
     assert ep_dispatcher(settings_text, cell) == want
+
+
+# ---- EP all-to-all overlapped with the other micro-batch's compute (strategy.ep_overlap) ----------------------
+
+def _steps(layer: str, compute_s: float, a2a_s: float) -> list[Any]:
+    from trainsim.compile.program import Step
+
+    return [Step(f"{layer}.mlp", "compute", 0, "compute", layer=layer, duration_s=compute_s),
+            Step(f"{layer}.d", "collective", 2, "ep", layer=layer, collective="all_to_all", axes=("ep",),
+                 duration_s=a2a_s),
+            Step(f"{layer}.c", "collective", 2, "ep", layer=layer, collective="all_to_all", axes=("ep",),
+                 duration_s=a2a_s)]
+
+
+@pytest.mark.parametrize(("paired", "gamma", "fwd_left", "bwd_left"), [
+    (1.0, 0.0, 0.0, 0.25),  # forward a2a (1.0) under backward compute (3.0): gone; backward's 1.0 under 0.5: 0.5 left
+    (1.0, 0.2, 0.1, 0.25 + 0.05),  # what is hidden costs gamma of itself in slowed compute
+    (0.5, 0.0, 0.25, 0.375),  # half the micro-batches have no partner (warm-up, cool-down)
+])
+def test_ep_overlap_hides_each_layers_all_to_alls_under_the_other_pass(paired: float, gamma: float, fwd_left: float,
+                                                                       bwd_left: float) -> None:
+    from trainsim.cost.annotate import _overlap_ep_comm
+
+    fwd, bwd = _steps("layers.0", 0.5, 0.5), _steps("layers.0", 3.0, 0.5)
+    _overlap_ep_comm(fwd, bwd, paired, gamma)
+    assert [s.duration_s for s in fwd] == pytest.approx([0.5, fwd_left, fwd_left])
+    assert [s.duration_s for s in bwd] == pytest.approx([3.0, bwd_left, bwd_left])
+
+
+def test_paired_share_leaves_out_the_warm_up() -> None:
+    from trainsim.api import costed_program, job_tree
+    from trainsim.config import parse_job
+    from trainsim.cost.annotate import paired_share
+
+    job = parse_job({**_job(), "cluster": {"name": "dgx-h100", "nodes": 4},
+                     "strategy": {"ep": 16, "pp": 2, "global_batch": 64, "ep_overlap": True}})
+    cl, _, tree = job_tree(job)
+    costed = costed_program(tree, cl, job.simulation)
+    m = tree.schedule.n_micro_batch
+    # 1F1B on pp 2: the first rank runs one warm-up forward, then forward i + 1 beside backward i
+    assert paired_share(costed.program) == pytest.approx((m - 1) / m)
+
+
+def test_ep_overlap_shortens_only_the_exposed_expert_communication() -> None:
+    four = {"name": "dgx-h100", "nodes": 4}
+    plain = trainsim.simulate({**_job(pp=2, global_batch=64), "cluster": four})
+    hidden = trainsim.simulate({**_job(pp=2, global_batch=64, ep_overlap=True), "cluster": four})
+    # 3 of 4 micro-batches paired; the backward's all-to-alls outlast the forward compute they hide under
+    assert hidden.breakdown["ep"] < 0.8 * plain.breakdown["ep"]
+    assert hidden.breakdown["compute"] == pytest.approx(plain.breakdown["compute"])
+    assert hidden.iteration_time_s < plain.iteration_time_s
+    with pytest.raises(ConfigError, match=r"^strategy\.ep_overlap:"):
+        trainsim.simulate({**_job(), "strategy": {"global_batch": 32, "ep_overlap": True}})
+
+
+def test_rows_with_ep_a2a_overlap_map_it() -> None:
+    from trainsim.validate.training_runs import _settings
+
+    assert _settings("grad_accum=32; EP a2a overlap=on; delay_wgrad_compute=on").ep_overlap is True
+    assert _settings("EP a2a overlap=off").ep_overlap is False

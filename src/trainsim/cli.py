@@ -110,6 +110,9 @@ def simulate(
     cp_comm: Annotated[str | None, Opt(help="context-parallel attention: p2p (ring, default) | all_gather")] = None,
     ep_dispatcher: Annotated[str | None, Opt(help="MoE token dispatch: alltoall (NCCL, default) | deepep "
                                                   "(two-hop: one copy per node over RDMA, NVLink forwarding)")] = None,
+    ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap",
+                                           help="EP all-to-alls hidden under another micro-batch's opposite pass "
+                                                "(Megatron --overlap-moe-expert-parallel-comm, DualPipe)")] = None,
     ep_node_limit: Annotated[int | None, Opt(help="with --ep-dispatcher deepep: nodes a token reaches at most "
                                                   "(DeepSeek-V3's node-limited routing: 4)")] = None,
     dp_replicate: Annotated[int | None, Opt(help="HSDP: replicas of each FSDP/ZeRO sharding group "
@@ -224,7 +227,7 @@ def simulate(
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
                      "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm, "ep_dispatcher": ep_dispatcher,
-                     "ep_node_limit": ep_node_limit,
+                     "ep_node_limit": ep_node_limit, "ep_overlap": ep_overlap,
                      "dp_replicate": dp_replicate, "first_stage_layers": first_stage_layers,
                      "last_stage_layers": last_stage_layers, "offload": offload,
                      "offload_in_switch": in_switch_collectives, "offload_activations": offload_activations,

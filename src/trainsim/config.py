@@ -297,6 +297,8 @@ class StrategySpec(_Strict):
         "alltoall", description="how MoE tokens reach their experts across nodes: alltoall (NCCL's all-to-all: one "
         "copy per remote expert) or deepep (DeepEP / HybridEP, Megatron's flex dispatcher: one copy per remote node "
         "over RDMA, forwarded to its experts over NVLink)")
+    ep_overlap: bool = Field(False, description="expert-parallel all-to-alls hidden under the compute of another "
+                             "micro-batch's opposite pass (Megatron --overlap-moe-expert-parallel-comm, DualPipe)")
     ep_node_limit: int | None = Field(None, ge=1, le=MAX_GPUS, description="node-limited routing (DeepSeek-V3: 4): "
                                       "each token reaches at most this many nodes (with ep_dispatcher deepep)")
     p2p_scatter_gather: bool = Field(True, description="Megatron's scatter/gather pipeline hand-off: a tensor "
@@ -327,6 +329,9 @@ class StrategySpec(_Strict):
                                               or self.last_stage_layers is not None):
             raise ConfigError("strategy.stage_layers", "gives every stage's layers; first_stage_layers / "
                               "last_stage_layers would set them twice", "keep one of the two forms")
+        if self.ep_overlap and self.ep == 1:
+            raise ConfigError("strategy.ep_overlap", "only applies with expert parallelism (ep > 1)",
+                              "add --ep, or drop --ep-overlap")
         if self.ep_node_limit is not None and self.ep_dispatcher != "deepep":
             raise ConfigError("strategy.ep_node_limit", "applies to the two-hop dispatch only",
                               "add ep_dispatcher: deepep, or drop ep_node_limit")

@@ -286,7 +286,8 @@ class _CommPricer:
 
 def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: CommModel,
              collective_host_s: float = 0.0, *, sharing: bool = False, exact: bool = False,
-             memory: MemorySystem | None = None, cache: bool = True, flows: bool = True) -> FlowBook | None:
+             memory: MemorySystem | None = None, cache: bool = True, flows: bool = True,
+             gamma: float = 0.0) -> FlowBook | None:
     """Set `duration_s` and `host_s` on every step (templates are shared by all micro-batches: cost once).
 
     `sharing`: price calls with their static concurrency (symmetric mode only: with `exact` every
@@ -295,7 +296,9 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     `memory` prices memory steps (offload loads/stores, compile.offload). `cache`: price each distinct
     (op value, local shape, phase), collective and memory access once (off: every step anew, the reference;
     the cost models are pure functions of those, so the numbers are the same). `flows=False`: no FlowBook
-    even so (a caller that only reads the durations, the analytic tier; the durations are the same)."""
+    even so (a caller that only reads the durations, the analytic tier; the durations are the same). `gamma`: the
+    compute slowdown under overlapped communication (the engine's), which EP overlap (strategy.ep_overlap) pays for
+    the all-to-all time it hides."""
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
@@ -309,6 +312,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     pair_time = pricer.pair
 
     n_chunks = len(program.chunks)
+    paired: float | None = None  # EP overlap's paired share (paired_share), found once
     host_of: dict[tuple[str, ...], float] = {}  # a collective's issue time by its axes
 
     def collective_host(axes: tuple[str, ...]) -> float:
@@ -321,8 +325,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     # the hot loop (every step of every chunk) reads the two caches' tables itself when they hold the step's
     # price, and asks them (which price and remember it) when they do not
     op_ids, recent, comm_times = costs.op_ids, costs.recent, pricer.times
+    # EP overlap sets a chunk's all-to-alls from its own forward and backward together: every chunk is priced
+    # step by step then (no chunk copies; the graph builder reads each chunk's own steps)
+    overlap_ep = program.tree.ep_overlap and mesh.ep > 1
     record = program.copies if cache and program.copies is not None and program.copies.valid(program.chunks) \
-        else None
+        and not overlap_ep else None
     copier = _Copier(program, record, pricer) if record is not None else None
     for ch in program.chunks:
         stage_rank = mesh.rank({"pp": ch.pp_rank})
@@ -352,6 +359,9 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
         if program.tree.cp_comm == "p2p" and mesh.cp > 1:
             for steps in adjusted:
                 _ring_attention(steps, mesh.cp, compute, device, dtype)
+        if overlap_ep:
+            paired = paired if paired is not None else paired_share(program)
+            _overlap_ep_comm(ch.fwd, ch.bwd, paired, gamma)
         if copier is not None:
             copier.release(ch)
         if ch.chunk < n_chunks - 1:
@@ -473,6 +483,54 @@ def _overlap_tp_comm(steps: list[Step], tp: int) -> None:
             continue
         comm, g = s.duration_s, gemm.duration_s
         s.duration_s = max(0.0, comm - g) + min(comm, g) / tp
+
+
+def paired_share(program: Program) -> float:
+    """The share of forwards a pipeline rank runs beside a backward of another micro-batch: all but the
+    schedule's warm-up forwards (1F1B: pp - rank - 1; interleaved: more), whose all-to-alls have no backward to
+    hide under (nor have the cool-down backwards)."""
+    from ..strategy.schedules import schedule_order
+
+    sched, mesh = program.tree.schedule, program.mesh
+    kind = sched.kind if sched.kind in ("1f1b", "interleaved", "zb-h1", "gpipe") else "1f1b"
+    # the first rank's (the longest warm-up, so the slowest rank's): one share for every chunk, so a chunk that
+    # lowering copied (ChunkCopies) keeps its original's durations
+    order = schedule_order(kind, mesh.pp, sched.n_micro_batch, 0, sched.virtual_stages)
+    forwards = sum(1 for item in order if item[0] == "F")
+    # the steady state runs forward i + w beside backward i: the w forwards before the one that precedes the
+    # first backward have no partner
+    warm_up = max(0, next((i for i, item in enumerate(order) if item[0] != "F"), len(order) + 1) - 1)
+    return max(0.0, forwards - warm_up) / forwards if forwards else 0.0
+
+
+def _overlap_ep_comm(fwd: list[Step], bwd: list[Step], paired: float, gamma: float = 0.0) -> None:
+    """Expert-parallel all-to-all overlapped with compute (Megatron --overlap-moe-expert-parallel-comm, DeepSeek's
+    DualPipe): the steady state runs one micro-batch's forward beside another's backward, layer against layer, so
+    a layer's forward dispatch and combine run under the backward compute of a layer like it and its backward
+    ones under forward compute. Per layer, min(all-to-all, the other direction's compute) is hidden, for the
+    `paired` share of micro-batches that have a partner (paired_share), and the compute it hides under runs
+    slower by `gamma` meanwhile (the communication kernels take SMs and memory bandwidth: the engine's overlap
+    slowdown); each all-to-all keeps its place and carries what stays exposed plus that slowdown."""
+    def per_layer(steps: list[Step]) -> tuple[dict[str, list[Step]], dict[str, float]]:
+        comm: dict[str, list[Step]] = {}
+        work: dict[str, float] = {}
+        for s in steps:
+            if s.kind == "collective" and s.collective == "all_to_all" and "ep" in s.axes:
+                comm.setdefault(s.layer, []).append(s)
+            elif s.kind == "compute":
+                work[s.layer] = work.get(s.layer, 0.0) + s.duration_s
+        return comm, work
+
+    (comm_f, work_f), (comm_b, work_b) = per_layer(fwd), per_layer(bwd)
+    for comm, other in ((comm_f, work_b), (comm_b, work_f)):
+        for layer, steps in comm.items():
+            total = sum(s.duration_s for s in steps)
+            if total <= 0:
+                continue
+            hidden = paired * min(total, other.get(layer, 0.0))
+            keep = (total - hidden + gamma * hidden) / total
+            for s in steps:
+                s.duration_s *= keep
 
 
 def _ring_attention(steps: list[Step], cp: int, compute: ComputeModel, device: Device, dtype: str) -> None:

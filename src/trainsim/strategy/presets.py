@@ -59,6 +59,7 @@ class ParallelSpec:
     cp_comm: str = "p2p"  # p2p (ring attention) | all_gather (K/V gathered before attention)
     ep_dispatcher: str = "alltoall"  # alltoall (NCCL) | deepep (two-hop: one copy per node, NVLink forwarding)
     ep_node_limit: int | None = None  # node-limited routing with deepep (DeepSeek-V3: 4)
+    ep_overlap: bool = False  # EP all-to-alls under the other micro-batch's compute (Megatron, DualPipe)
     dp_replicate: int = 1  # HSDP: replicas of each sharding group (dp / dp_replicate ranks shard the states)
     first_stage_layers: int | None = None  # uneven pipeline: transformer layers on the first / last stage
     last_stage_layers: int | None = None  # (Megatron --decoder-first/last-pipeline-num-layers)
@@ -300,7 +301,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.overlap_param_gather = p.overlap_param_gather
     tree.tp_comm_overlap = p.tp_comm_overlap
     tree.cp_comm = p.cp_comm
-    tree.ep_dispatcher, tree.ep_node_limit = p.ep_dispatcher, p.ep_node_limit
+    tree.ep_dispatcher, tree.ep_node_limit, tree.ep_overlap = p.ep_dispatcher, p.ep_node_limit, p.ep_overlap
     tree.p2p_scatter_gather = p.p2p_scatter_gather
     tree.offload = p.offload
     tree.offload_activations = p.offload_activations

@@ -539,6 +539,7 @@ class StrategyTree:
     cp_comm: str = "p2p"  # context-parallel attention: p2p ring (K/V passed under compute) | all_gather
     ep_dispatcher: str = "alltoall"  # MoE all-to-alls: alltoall (NCCL) | deepep (two-hop, one copy per node)
     ep_node_limit: int | None = None  # node-limited routing (with deepep): nodes a token reaches at most
+    ep_overlap: bool = False  # EP all-to-alls hidden under another micro-batch's opposite pass (cost.annotate)
     p2p_scatter_gather: bool = True  # Megatron: a pipeline hand-off replicated over tp goes 1/tp per rank
     zero_stage: int = 0  # informational (what a preset asked for); the compiler reads memory configs
     offload: str = "none"  # none | cpu | nvme | remote: model states live off the GPU (ZeRO-Infinity style)
@@ -773,7 +774,7 @@ class StrategyTree:
                          "max_ongoing_micro_batch": s.max_ongoing_micro_batch},
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "tp_comm_overlap": self.tp_comm_overlap, "cp_comm": self.cp_comm,
-            "ep_dispatcher": self.ep_dispatcher, "ep_node_limit": self.ep_node_limit,
+            "ep_dispatcher": self.ep_dispatcher, "ep_node_limit": self.ep_node_limit, "ep_overlap": self.ep_overlap,
             "p2p_scatter_gather": self.p2p_scatter_gather,
             "offload": self.offload, "offload_in_switch": self.offload_in_switch,
             "offload_activations": self.offload_activations, "zero_stage": self.zero_stage,
@@ -808,7 +809,8 @@ class StrategyTree:
         tree.root.schedule(int(need(s, "n_micro_batch", "strategy.schedule")),
                            None if cap is None else int(cap), kind=str(s.get("kind", "1f1b")),
                            virtual_stages=int(s.get("virtual_stages", 1)))
-        for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "p2p_scatter_gather"):
+        for flag in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "p2p_scatter_gather",
+                     "ep_overlap"):
             setattr(tree, flag, bool(data.get(flag, getattr(tree, flag))))
         tree.offload = str(data.get("offload", "none"))
         tree.offload_in_switch = bool(data.get("offload_in_switch", False))

@@ -647,6 +647,7 @@ class _Settings:
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
+    ep_overlap: bool | None = None  # Megatron --overlap-moe-expert-parallel-comm (strategy.ep_overlap)
     p2p_scatter_gather: bool | None = None
     schedule: str | None = None
     attention: str | None = None
@@ -896,9 +897,7 @@ _RULES: list[tuple[str, Action]] = [
      r"moe-shared-expert-intermediate-size)\s*=\s*\w+|moe-layer-freq\s*=.*|"
      r"moe-grouped-gemm(?:\s*=\s*true)?|moe-router-dtype\s*=\s*fp32", _ok),
     # Megatron-Bridge's MoE performance settings (moe_runs.csv): recorded, not modelled
-    (r"ep a2a overlap.*=\s*on", _note("expert all-to-all overlapped with compute (EP A2A overlap) not modelled: "
-                                       "the dispatch and combine are priced on their own stream's schedule")),
-    (r"ep a2a overlap.*=\s*off", _ok),
+    (r"ep a2a overlap.*=\s*(on|off)", _set("ep_overlap")),
     (r"moe_expert_rank_capacity_factor\s*=.*|moe_paged_stash\s*=.*",
      _note("the paged activation stash of dropless MoE (moe_paged_stash, its rank capacity factor) not modelled")),
     (r"kernels\s*=.*deepep.*", _ok),  # DeepEP's dispatch and combine priced as trainsim's all-to-all
@@ -1076,6 +1075,8 @@ def _row_job(row: dict[str, str]) -> RowJob:
             raise RowSkip(SETTING, "TP communication overlap without sequence parallelism (Megatron needs both)")
         else:
             strategy["tp_comm_overlap"] = True
+    if settings.ep_overlap and ep > 1:
+        strategy["ep_overlap"] = True
     if settings.p2p_scatter_gather is not None:
         strategy["p2p_scatter_gather"] = settings.p2p_scatter_gather
     if settings.stages and (pp == 1 or vpp > 1):
