@@ -20,6 +20,7 @@ from trainsim.errors import ConfigError
 from trainsim.workload.hf import READERS, build_hf_model, hf_transformer_config, load_hf_config
 from trainsim.workload.ir import CONTRACTION_KINDS, Model
 from trainsim.workload.zoo import build_model
+from trainsim.workload.zoo.transformer import build_transformer
 
 HF = Path(__file__).parent / "data" / "hf"
 
@@ -169,7 +170,8 @@ def test_defaults_and_descriptions() -> None:
     assert "balanced" in notes["mixtral-8x7b.json"]
     assert notes["qwen2-7b.json"] == ""  # use_sliding_window false
     assert set(READERS) == {"bert", "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe",
-                            "qwen2_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "nemotron_h"}
+                            "qwen2_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "nemotron_h", "llama4",
+                            "llama4_text"}
 
 
 def test_name_model_type_and_folder_inference(tmp_path: Path) -> None:
@@ -232,7 +234,8 @@ def _edit(file: str, drop: str | None = None, **values: Any) -> dict[str, Any]:
     ("[1, 2]", ["model.hf_config", "not an object"]),
     ("\udcff", ["model.hf_config", "not UTF-8"]),
     ({"model_type": "t5"}, ["hf_config.model_type", "'t5'", ", ".join(READERS)]),
-    ({"model_type": "llama4_text"}, ["hf_config.model_type", "'llama4_text'"]),
+    ({"model_type": "t5gemma"}, ["hf_config.model_type", "'t5gemma'"]),
+    ({"model_type": "llama4", "vision_config": {}}, ["hf_config.text_config", "missing"]),
     (_edit("nemotron-3-nano-30b-a3b.json", hybrid_override_pattern="MEM*"),
      ["hf_config.hybrid_override_pattern", "52 letters"]),
     (_edit("nemotron-3-nano-30b-a3b.json", hybrid_override_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEMX"),
@@ -378,6 +381,27 @@ def test_nemotron_h_reads_its_hybrid_pattern_either_way() -> None:
     listed = {k: v for k, v in data.items() if k != "hybrid_override_pattern"}
     listed["layers_block_type"] = [names[c] for c in data["hybrid_override_pattern"]]
     assert load_hf_config(write_tmp(listed)).layer_pattern == nano.layer_pattern
+
+
+def test_llama4_maverick_and_scout() -> None:
+    """Llama 4 Maverick (its text_config as published): 128 experts top-1 and a shared expert on every other layer,
+    from the second, dense MLPs of intermediate_size_mlp between: Meta's 400B total, 17B active; its vision tower is
+    named as not modelled. Scout is the same text model with 16 experts on every layer (and QK-norm): 107.8B of the
+    card's 109B, which counts the vision tower too."""
+    mav = load_hf_config(HF / "llama-4-maverick-17b-128e.json")
+    assert mav.layer_pattern == "*-*E" * 24 and mav.layers == 96 and (mav.ffn, mav.expert_ffn) == (16384, 8192)
+    assert (mav.experts, mav.top_k, mav.shared_expert_ffn, mav.head_size) == (128, 1, 8192, None)
+    assert any("vision tower" in a for a in mav.assumptions)
+    m = build_hf_model(HF / "llama-4-maverick-17b-128e.json", 1, 4096)
+    assert m.params == pytest.approx(400e9, rel=0.01) and m.active_params == pytest.approx(17e9, rel=0.02)
+    data = cfg_json("llama-4-maverick-17b-128e.json")
+    text = {**data["text_config"], "num_local_experts": 16, "interleave_moe_layer_step": 1, "use_qk_norm": True}
+    scout = load_hf_config(write_tmp({**data, "text_config": text}))
+    assert (scout.layer_pattern, scout.layers, scout.experts, scout.qk_norm) == ("", 48, 16, True)
+    assert build_transformer(scout, 1, 4096).params == pytest.approx(107.77e9, rel=0.001)
+    # a text-only llama4_text config reads the same model
+    alone = load_hf_config(write_tmp({**data["text_config"], "architectures": ["Llama4ForCausalLM"]}))
+    assert (alone.layer_pattern, alone.experts) == (mav.layer_pattern, mav.experts)
 
 
 def write_tmp(data: dict[str, Any]) -> Path:

@@ -21,8 +21,8 @@ FIELD = "model.hf_config"
 GELU_ACTS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate",
                        "quick_gelu"})
 ARCH_PREFIXES = (("Qwen3Moe", "qwen3_moe"), ("Qwen3", "qwen3"), ("Qwen2Moe", "qwen2_moe"), ("Qwen2", "qwen2"),
-                 ("DeepseekV3", "deepseek_v3"), ("GptOss", "gpt_oss"), ("NemotronH", "nemotron_h"), ("Mixtral", "mixtral"),
-                 ("Mistral", "mistral"), ("Llama", "llama"), ("GPTNeoX", "gpt_neox"), ("GPT2", "gpt2"),
+                 ("DeepseekV3", "deepseek_v3"), ("GptOss", "gpt_oss"), ("NemotronH", "nemotron_h"), ("Llama4", "llama4"),
+                 ("Mixtral", "mixtral"), ("Mistral", "mistral"), ("Llama", "llama"), ("GPTNeoX", "gpt_neox"), ("GPT2", "gpt2"),
                  ("Bert", "bert"))
 UNSUPPORTED_WHY: dict[str, str] = {}
 OVERRIDABLE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
@@ -348,6 +348,56 @@ def _nemotron_h(f: _Fields, mt: str) -> TransformerConfig:
         mlp_bias=f.boolean("mlp_bias", False), **extra)
 
 
+def _llama4(f: _Fields, mt: str) -> TransformerConfig:
+    """Llama 4 (Scout, Maverick): its text model (`text_config` of a llama4 config, or a llama4_text config):
+    GQA with head_dim, routed experts of intermediate_size top-k beside a shared expert of the same size on the
+    layers interleave_moe_layer_step picks (every one: Scout; every other, from the second: Maverick, whose other
+    layers run a dense MLP of intermediate_size_mlp), written as a layer pattern of attention and MLP mixers
+    where they alternate. The vision tower is not modelled."""
+    if mt == "llama4" and not (f.data.get("text_config") is None and "hidden_size" in f.data):
+        text = f.data.get("text_config")
+        if not isinstance(text, dict):
+            raise f._error("text_config", "missing (a llama4 config keeps its language model there)",
+                           "use the model's published config.json")
+        f.assumptions.append("the vision tower (vision_config) and its projector not modelled: the text model only")
+        # its language model is Llama4ForCausalLM, whatever wraps it (an LM head over the vocabulary either way)
+        f = _Fields(f.path, {"architectures": ["Llama4ForCausalLM"], **text}, f.notes, f.assumptions)
+    layers, hidden = f.positive_int("num_hidden_layers"), f.positive_int("hidden_size")
+    heads = f.positive_int("num_attention_heads")
+    experts, top_k = _experts(f, "num_local_experts")
+    step = f.data.get("interleave_moe_layer_step", 1)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise f._error("interleave_moe_layer_step", f"must be a positive integer, got {step!r}", "fix the value")
+    moe = f.data.get("moe_layers")
+    if moe is None:
+        moe = list(range(step - 1, layers, step))
+    if not isinstance(moe, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in moe):
+        raise f._error("moe_layers", f"must list layer indices below {layers}, got {moe!r}", "fix the value")
+    width = f.positive_int("intermediate_size")
+    chunk = f.data.get("attention_chunk_size")
+    if chunk:
+        f.notes.append(f"attention_chunk_size {chunk} (chunked attention) priced as full causal attention: exact at "
+                       "sequences up to the chunk")
+    if f.boolean("use_qk_norm", False):
+        f.assumptions.append("its weightless L2 QK-norm priced as QK-norm (2 x head_dim weights per layer)")
+    _rope_notes(f)
+    _lm_head_note(f, mt)
+    seq = f.positive_int("max_position_embeddings")
+    extra: dict[str, Any] = {}
+    ffn = width
+    if len(moe) < layers:  # dense MLP layers between the MoE ones: one mixer per layer, attention and MLP apart
+        extra["layer_pattern"] = "".join("*" + ("E" if i in set(moe) else "-") for i in range(layers))
+        layers, ffn = 2 * layers, f.positive_int("intermediate_size_mlp")
+    head_size = f.positive_int("head_dim", hidden // heads)
+    return TransformerConfig(
+        "", "llama", layers, hidden, heads, ffn, f.positive_int("vocab_size"), seq,
+        kv_heads=f.positive_int("num_key_value_heads", heads), norm="rmsnorm", mlp="swiglu", position="rope",
+        bias=False, dropout=False, tied_embeddings=f.boolean("tie_word_embeddings", False), max_positions=seq,
+        head_size=None if head_size * heads == hidden else head_size, qk_norm=f.boolean("use_qk_norm", False),
+        experts=experts, top_k=top_k, expert_ffn=width, shared_expert_ffn=width,
+        qkv_bias=f.boolean("attention_bias", False), out_bias=f.boolean("attention_bias", False), **extra)
+
+
 def _gpt2(f: _Fields, mt: str) -> TransformerConfig:
     """GPT-2: LayerNorm, GELU MLP (n_inner, null = 4 n_embd), learned positions, biases, tied LM head."""
     hidden, heads = f.positive_int("n_embd"), f.positive_int("n_head")
@@ -436,6 +486,7 @@ READERS: dict[str, Callable[[_Fields, str], TransformerConfig]] = {
     "bert": _bert, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
     "mixtral": _llama_like, "qwen2": _llama_like, "qwen3": _qwen3, "qwen3_moe": _qwen3, "qwen2_moe": _qwen3,
     "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss, "nemotron_h": _nemotron_h,
+    "llama4": _llama4, "llama4_text": _llama4,
 }
 """Supported `model_type`s (keys) and their readers."""
 
