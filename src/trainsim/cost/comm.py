@@ -332,12 +332,13 @@ def _all_to_all_bytes(size: float, n: int, k: int, multi_node: bool, remote_shar
     over n ranks, k per node. Direct (NCCL's, remote_share 1): size (k - 1) / n on NVLink, the node's k ranks'
     size (n - k) / n over the NICs. Two-hop (a MoE dispatch that sends a token once per destination node and
     forwards it there over NVLink, as DeepEP's and HybridEP's inter-node kernels do): the NICs carry
-    `remote_share` of that, and NVLink also forwards what arrives, size (n - k) / n, beside its own share."""
+    `remote_share` of that, and NVLink also forwards what arrives to the node's other k - 1 GPUs, size (n - k) / n
+    (k - 1) / k, beside its own share."""
     net = k * size * (n - k) / n if multi_node else 0.0
     intra = size * (k - 1) / n if k > 1 else 0.0
     if remote_share < 1.0 and multi_node:
         net *= remote_share
-        intra += size * (n - k) / n if k > 1 else 0.0
+        intra += size * (n - k) / n * (k - 1) / k if k > 1 else 0.0
     return intra, net
 
 
