@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +241,8 @@ def _edit(file: str, drop: str | None = None, **values: Any) -> dict[str, Any]:
      ["hf_config.hybrid_override_pattern", "52 letters"]),
     (_edit("nemotron-3-nano-30b-a3b.json", hybrid_override_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEMX"),
      ["hf_config.hybrid_override_pattern", "M * E -"]),
-    (_edit("nemotron-3-nano-30b-a3b.json", num_nextn_predict_layers=1), ["hf_config.num_nextn_predict_layers"]),
+    (_edit("nemotron-3-nano-30b-a3b.json", num_nextn_predict_layers=1, mtp_hybrid_override_pattern="M*E"),
+     ["hf_config.mtp_hybrid_override_pattern", "*E"]),
     ({"vocab_size": 3}, ["hf_config.model_type", "missing"]),
     (_edit("llama-2-7b.json", drop="hidden_size"), ["hf_config.hidden_size", "missing"]),
     (_edit("gpt2.json", drop="n_embd"), ["hf_config.n_embd", "missing"]),
@@ -402,6 +404,30 @@ def test_llama4_maverick_and_scout() -> None:
     # a text-only llama4_text config reads the same model
     alone = load_hf_config(write_tmp({**data["text_config"], "architectures": ["Llama4ForCausalLM"]}))
     assert (alone.layer_pattern, alone.experts) == (mav.layer_pattern, mav.experts)
+
+
+def test_nemotron_3_super_latent_moe_counts_its_published_parameters() -> None:
+    """Nemotron 3 Super's published sizes (nvidia/NVIDIA-Nemotron-3-Super-120B-A12B: 88 layers, 512 experts of 2688
+    top-22 in a LatentMoE width of 1024, a shared expert of 5376, Mamba2 128 x 64, one MTP module of *E): 120B total
+    and 12B active as NVIDIA states them, without the MTP module. By hand per LatentMoE layer: router 4096 x 512,
+    the projections 4096 x 1024 down and up, 512 experts of 2 x 1024 x 2688 (squared ReLU: two matrices), the
+    shared expert's 2 x 4096 x 5376."""
+    pattern = "ME" * 40 + "*" * 8
+    data = {**cfg_json("nemotron-3-nano-30b-a3b.json"), "hidden_size": 4096, "num_hidden_layers": 88,
+            "hybrid_override_pattern": pattern, "mamba_num_heads": 128, "n_routed_experts": 512,
+            "num_experts_per_tok": 22, "moe_intermediate_size": 2688, "moe_latent_size": 1024,
+            "moe_shared_expert_intermediate_size": 5376, "num_nextn_predict_layers": 1,
+            "mtp_hybrid_override_pattern": "*E"}
+    cfg = load_hf_config(write_tmp(data))
+    assert (cfg.moe_latent, cfg.mtp_layers) == (1024, 1)
+    m = build_transformer(replace(cfg, mtp_layers=0), 1, 4096)
+    assert m.params == pytest.approx(120e9, rel=0.01) and m.active_params == pytest.approx(12.7e9, rel=0.01)
+    ops = {op.name: op for lay in m.layers for op in lay.ops}
+    assert ops["router"].params == 4096 * 512 and ops["latent_down"].params == ops["latent_up"].params == 4096 * 1024
+    assert ops["expert_fc1"].params == ops["expert_fc2"].params == 512 * 1024 * 2688
+    assert ops["dispatch"].output == ("e", "c", "h") and ops["dispatch"].dims["h"] == 1024  # latent tokens cross
+    with_mtp = build_transformer(cfg, 1, 4096)
+    assert with_mtp.params > m.params  # the MTP module (attention + LatentMoE + projection) on top
 
 
 def write_tmp(data: dict[str, Any]) -> Path:

@@ -462,3 +462,30 @@ def test_moe_presets_are_their_published_configs(preset: str, file: str) -> None
 def test_moe_presets_count_their_published_parameters(preset: str, total: float, active: float) -> None:
     m = build_model(preset, 1)
     assert m.params == pytest.approx(total, rel=0.005) and m.active_params == pytest.approx(active, rel=0.01)
+
+
+def _shared_row(case_id: str) -> dict[str, str]:
+    import csv
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "validation" / "moe_runs.csv"
+    if not path.exists():
+        pytest.skip("../shared/validation/moe_runs.csv is not beside the clone")
+    return next(r for r in csv.DictReader(path.open()) if r["case_id"] == case_id)
+
+
+def test_a_named_model_without_its_columns_takes_its_published_config() -> None:
+    """Nemotron 3 Super's rows state no architecture; its published config gives it (LatentMoE 1024, 512 experts
+    top-22, 40 Mamba2 + 40 MoE + 8 attention layers, one MTP module). Their order is not in the sources read, which
+    changes nothing on one pipeline stage and is refused on several."""
+    from trainsim.validate.moe_rows import published_architecture
+
+    row = _shared_row("MBRIDGE-013")
+    rj = tr.row_job(row)
+    assert not isinstance(rj, str), rj
+    m = rj.job["model"]
+    assert (m["moe_latent"], m["experts"], m["top_k"], m["layers"], m["mtp_layers"]) == (1024, 512, 22, 88, 1)
+    assert sorted(m["layer_pattern"]) == sorted("M" * 40 + "E" * 40 + "*" * 8)
+    assert "published config" in rj.assumptions["published_architecture"]
+    got = published_architecture({**row, "pp": "4"})
+    assert isinstance(got, str) and "layer order" in got
+    assert published_architecture({**row, "model_name": "Nemotron 3 Ultra (550B-A55B)"}) is None

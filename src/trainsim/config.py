@@ -129,6 +129,9 @@ class ModelSpec(_Strict):
     shared_expert_ffn: int | None = Field(None, ge=0, le=MAX_FFN, description="a shared expert every token runs "
                                           "beside the routed ones, of these features (all shared experts as one: "
                                           "Megatron --moe-shared-expert-intermediate-size; DeepSeek); 0: none")
+    moe_latent: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="LatentMoE (Nemotron 3 Super, Megatron "
+                                   "--moe-latent-size): the routed experts' width; tokens are projected from hidden "
+                                   "to it before dispatch and back after combine")
     first_dense_layers: int | None = Field(None, ge=0, le=MAX_LAYERS, description="a MoE model's first layers "
                                            "keep a dense MLP of model.ffn features (DeepSeek-V3's "
                                            "first_k_dense_replace, Megatron --moe-layer-freq [0]*k+[1]*n)")

@@ -20,7 +20,14 @@ from typing import Any
 from ..strategy.tree import RECOMPUTE_MODULES, selective_mode
 from .cases import MEMORY_METRIC, Outcome, skip
 from .conventions import GPTShape, convention_of, iteration_flops
-from .moe_rows import ep_dispatcher, expert_tp, moe_column_fields, moe_model_fields, moe_note
+from .moe_rows import (
+    ep_dispatcher,
+    expert_tp,
+    moe_column_fields,
+    moe_model_fields,
+    moe_note,
+    published_architecture,
+)
 from .pipeline_splits import nanotron_stage_layers
 
 REQUIRED_COLUMNS = ("case_id", "model_name", "arch", "gpu", "n_gpus", "flops_convention", "global_batch")
@@ -998,6 +1005,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
             raise RowSkip("no measured outcome", "no iteration time, TFLOP/s, MFU, throughput or peak memory")
         metric = MEMORY_METRIC  # compared for memory only
     notes: dict[str, str] = {}
+    published = published_architecture(row) if "moe_ffn_hidden" in row else None
+    if isinstance(published, str):
+        raise RowSkip(MOE, f"'{_cell(row, 'model_name')}': {published}")
+    if published is not None:  # a model the row names without its columns: its published config fills them
+        row, extra_fields, notes["published_architecture"] = published
     arch = _cell(row, "arch").lower()
     n_gpus = _count(row, "n_gpus")
     gb = _count(row, "global_batch")
@@ -1013,7 +1025,7 @@ def _row_job(row: dict[str, str]) -> RowJob:
             fields = moe_model_fields(_cell(row, "other_settings"), _cell(row, "source_group") + " " + _cell(row, "source"))
         if isinstance(fields, str):
             raise RowSkip(MOE, f"{moe}: {fields}")
-        routed = fields
+        routed = {**fields, **extra_fields} if published is not None else fields
         notes["mixture_of_experts"] = moe_note(fields, _cell(row, "other_settings"), _cell(row, "token_dispatcher"))
         if _unstated(_cell(row, "ffn_hidden")) and not fields.get("first_dense_layers") and "expert_ffn" in fields:
             row = {**row, "ffn_hidden": str(fields["expert_ffn"])}  # model.ffn sizes no layer: every MLP is MoE

@@ -302,8 +302,9 @@ def _nemotron_h(f: _Fields, mt: str) -> TransformerConfig:
     """Nemotron-H and Nemotron 3 (hybrid Mamba2 + attention + MLP or MoE): one mixer per layer by
     hybrid_override_pattern (or layers_block_type): M a Mamba2 mixer (mamba_num_heads x mamba_head_dim channels,
     ssm_state_size per head in n_groups groups, chunk_size), * GQA attention (head_dim), - a squared-ReLU MLP of
-    intermediate_size, E routed experts of moe_intermediate_size beside a shared one of
-    moe_shared_expert_intermediate_size."""
+    intermediate_size, E routed experts of moe_intermediate_size (in moe_latent_size's width: LatentMoE, Nemotron
+    3 Super) beside a shared one of moe_shared_expert_intermediate_size; num_nextn_predict_layers MTP modules of
+    one attention and one MLP layer (mtp_hybrid_override_pattern *E)."""
     layers, hidden = f.positive_int("num_hidden_layers"), f.positive_int("hidden_size")
     heads = f.positive_int("num_attention_heads")
     pattern = f.data.get("hybrid_override_pattern")
@@ -329,9 +330,12 @@ def _nemotron_h(f: _Fields, mt: str) -> TransformerConfig:
                  "shared_expert_ffn": int(shared) if f.data.get("n_shared_experts", 1) else 0}
         if f.data.get("routed_scaling_factor") is not None:
             f.notes.append(f"routed_scaling_factor {f.data['routed_scaling_factor']} (no effect on the cost)")
-    if f.data.get("num_nextn_predict_layers"):
-        raise f._error("num_nextn_predict_layers", "Nemotron's multi-token prediction layers are not modelled",
-                       "use a config without them (num_nextn_predict_layers 0)")
+    mtp = f.data.get("num_nextn_predict_layers") or 0
+    if mtp and f.data.get("mtp_hybrid_override_pattern", "*E") != ("*E" if "E" in pattern else "*-"):
+        raise f._error("mtp_hybrid_override_pattern", "a multi-token-prediction module other than one attention "
+                       "and one MLP layer is not modelled", "use a config whose MTP pattern is *E")
+    if f.data.get("moe_latent_size") is not None:
+        extra["moe_latent"] = f.positive_int("moe_latent_size")
     _rope_notes(f)
     _lm_head_note(f, mt)
     seq = f.positive_int("max_position_embeddings")
@@ -345,7 +349,7 @@ def _nemotron_h(f: _Fields, mt: str) -> TransformerConfig:
         mamba_head_dim=f.positive_int("mamba_head_dim", 64), mamba_state=f.positive_int("ssm_state_size", 128),
         mamba_groups=f.positive_int("n_groups", 8), mamba_chunk=f.positive_int("chunk_size", 256),
         qkv_bias=f.boolean("attention_bias", False), out_bias=f.boolean("attention_bias", False),
-        mlp_bias=f.boolean("mlp_bias", False), **extra)
+        mlp_bias=f.boolean("mlp_bias", False), mtp_layers=int(mtp), **extra)
 
 
 def _llama4(f: _Fields, mt: str) -> TransformerConfig:

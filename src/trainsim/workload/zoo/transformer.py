@@ -40,7 +40,7 @@ FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "ke
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
             "sliding_window", "window_layers", "attention_sinks", "mtp_layers", "layer_pattern", "mamba_heads",
-            "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk")
+            "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk", "moe_latent")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -73,6 +73,7 @@ class TransformerConfig:
     experts: int = 0  # >0: every layer's MLP (but the first `first_dense_layers`) is a mixture of experts
     expert_ffn: int = 0  # each routed expert's features (0: ffn); ffn stays the dense layers' (Megatron's split)
     shared_expert_ffn: int = 0  # a shared expert every token also runs, of these features (0: none; DeepSeek)
+    moe_latent: int = 0  # LatentMoE (Nemotron 3 Super): routed experts work in this width, tokens projected to it
     first_dense_layers: int = 0  # MoE models: the first layers keep a dense MLP of ffn features (DeepSeek-V3: 3)
     # LoRA fine-tuning: >0 freezes every parameter and adds rank-r adapters to `lora_targets`; lora_base "nf4" stores
     # the adapted matrices as 4-bit NormalFloat (QLoRA)
@@ -343,15 +344,25 @@ def _mlp_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
 
 def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     """Top-k routed experts: router GEMM, dispatch (all-to-all when e is split), expert MLPs, combine; then a
-    shared expert (`shared_expert_ffn`), a dense MLP every token runs, added to the routed output."""
-    h, f, e = cfg.hidden, cfg.expert_ffn or cfg.ffn, cfg.experts
+    shared expert (`shared_expert_ffn`), a dense MLP every token runs, added to the routed output. LatentMoE
+    (`moe_latent`, Nemotron 3 Super; Megatron --moe-latent-size): the router reads the hidden state, the tokens are
+    projected down to the latent width before dispatch, the experts work in it, and the combined output is
+    projected back up; what crosses the all-to-all and the experts' weights shrink by latent / hidden."""
+    f, e = cfg.expert_ffn or cfg.ffn, cfg.experts
+    h = cfg.moe_latent or cfg.hidden  # the width the experts and the dispatch work in
     f2 = 2 * f if cfg.gated else f
     c = max(1, int(round(b * s * cfg.top_k * cfg.capacity_factor / e)))
     tok = {"b": b, "s": s, "h": h}
     ex = {"e": e, "c": c, "h": h}
+    hid = {"b": b, "s": s, "h": cfg.hidden}
+    latent_down = [Op("latent_down", OpKind.MATMUL, {**hid, "l": h}, (("b", "s", "h"),), ("b", "s", "l"),
+                      weight=("l", "h"))] if cfg.moe_latent else []  # its input: the router's, which keeps it
+    latent_up = [Op("latent_up", OpKind.MATMUL, {**hid, "l": h}, (("b", "s", "l"),), ("b", "s", "h"),
+                    weight=("h", "l"), saved=(SavedTensor("input", ("b", "s", "l")),))] if cfg.moe_latent else []
     return [
-        Op("router", OpKind.MATMUL, {**tok, "e": e}, (("b", "s", "h"),), ("b", "s", "e"),
+        Op("router", OpKind.MATMUL, {**hid, "e": e}, (("b", "s", "h"),), ("b", "s", "e"),
            weight=("e", "h"), saved=(SavedTensor("input", ("b", "s", "h")),)),
+        *latent_down,
         Op("dispatch", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("b", "s", "h"),), ("e", "c", "h"),
            flops_per_point=0.0, saved=(SavedTensor("routing", ("b", "s", "e"), 4.0),)),
         Op("expert_fc1", OpKind.MATMUL, {**ex, "f2": f2}, (("e", "c", "h"),), ("e", "c", "f2"),
@@ -363,6 +374,7 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
            weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),)),
         Op("combine", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("e", "c", "h"),), ("b", "s", "h"),
            flops_per_point=0.0),
+        *latent_up,
         *_shared_expert_ops(cfg, b, s),
     ]
 
@@ -380,7 +392,7 @@ def _shared_expert_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     return [replace(fc1, saved=()), act, fc2,
             Op("shared_add", OpKind.ELEMENTWISE, {"b": b, "s": s, "h": cfg.hidden},
                (("b", "s", "h"), ("b", "s", "h")), ("b", "s", "h"), flops_per_point=1.0,
-               input_from=(None, "combine"))]
+               input_from=(None, "latent_up" if cfg.moe_latent else "combine"))]
 
 
 MAMBA_CONV = 4
