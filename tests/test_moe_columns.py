@@ -489,3 +489,55 @@ def test_a_named_model_without_its_columns_takes_its_published_config() -> None:
     got = published_architecture({**row, "pp": "4"})
     assert isinstance(got, str) and "layer order" in got
     assert published_architecture({**row, "model_name": "Nemotron 3 Ultra (550B-A55B)"}) is None
+
+
+def test_recipe_default_layouts_are_deepseek_v3s_layout_map() -> None:
+    """Megatron-Bridge's DeepSeek-V3 layout_map: 61 layers over pp x vpp chunks, the embedding first, the MTP
+    modules and the loss last; pp 4 x vpp 4 is 'Et*4|(t*4|)*14tmL', the layout the GB300 rows name."""
+    from trainsim.validate.moe_rows import recipe_layout
+
+    row = {"model_name": "DeepSeek-V3 (671B-A37B)"}
+    for (pp, vpp), counts in {(4, 1): [16, 16, 16, 13], (8, 1): [8] * 7 + [5], (4, 2): [8] * 7 + [5],
+                              (4, 4): [4] * 15 + [1], (8, 2): [4] * 15 + [1], (16, 1): [4] * 15 + [1]}.items():
+        layout = tr._expand_layout(recipe_layout(row, pp, vpp, 1).lower())
+        assert tr._layout_split(layout, 61, 1, pp, vpp, {}) == counts
+    assert recipe_layout(row, 4, 4, 1) == "Et*4|(t*4|)*14tmL"
+    assert recipe_layout(row, 4, 4, 0).endswith("tL")
+    for bad_row, pp, vpp, why in ((row, 2, 2, "pp 2, vpp 2"), ({"model_name": "Qwen3-235B-A22B"}, 4, 1, "Qwen3")):
+        with pytest.raises(ValueError, match=why):
+            recipe_layout(bad_row, pp, vpp, 1)
+
+
+def test_base_recipe_recompute_reads_the_recipe_version_the_row_ran() -> None:
+    from trainsim.validate.moe_rows import recipe_recompute
+
+    notes = "recipe: NVIDIA-NeMo/Megatron-Bridge@4ab94dfad:src/x.py::deepseek_v3_pretrain_256gpu_gb300_fp8mx_config"
+    graphed = "grad_accum=32; cuda_graph=full_iteration:; EP a2a overlap=on"
+    got = recipe_recompute({"notes": notes, "other_settings": graphed, "micro_batch": "1"})
+    assert got is not None and got[0] == () and "recompute off" in got[1]
+    assert recipe_recompute({"notes": notes, "other_settings": graphed, "micro_batch": "2"}) is None  # mla_up_proj
+    assert recipe_recompute({"notes": notes, "other_settings": "grad_accum=32", "micro_batch": "1"}) is None
+    assert recipe_recompute({"notes": "recipe: x.py::some_other_config", "other_settings": graphed}) is None
+
+
+def test_a_row_with_the_recipes_default_layout_and_recompute_maps() -> None:
+    """moe_runs.csv's DeepSeek-V3 rows that leave the layout to set_layout(cfg.model) and the recompute to the
+    base recipe: both read from Megatron-Bridge's source, the rest of the row as stated."""
+    cells = {"model_name": "DeepSeek-V3 (671B-A37B)", "arch": "MoE (MLA)", "n_layers": "61", "hidden": "7168",
+             "n_heads": "128", "n_kv_heads": "128", "ffn_hidden": "18432", "seq_len": "4096", "vocab": "129280",
+             "head_dim": "128", "moe_ffn_hidden": "2048", "n_experts": "256", "n_shared_experts": "1", "top_k": "8",
+             "first_k_dense": "3", "moe_layer_freq": "[0]*3+[1]*58", "attention": "MLA (qk_nope=128, qk_rope=64, "
+             "v_head=128; no GQA)", "kv_lora_rank": "512", "q_lora_rank": "1536", "gpu": "GB200 (DGX GB200 NVL72)",
+             "n_gpus": "256", "dp": "64", "tp": "1", "pp": "4", "vpp": "4", "cp": "1", "ep": "64", "micro_batch": "1",
+             "global_batch": "4096", "precision": "BF16", "iter_time_s": "", "tokens_per_s_per_gpu": "4912",
+             "recompute": "selective (modules = base-recipe default, not resolved by extractor)",
+             "notes": "recipe: NVIDIA-NeMo/Megatron-Bridge@4ab94dfad:src/megatron/bridge/perf_recipes/deepseek/gb300/"
+                      "deepseek_v3.py::deepseek_v3_pretrain_256gpu_gb300_fp8mx_config",
+             "other_settings": "grad_accum=64; cuda_graph=full_iteration:; pp_layout:set_layout(cfg.model); "
+                               "MTP: recipe default mtp_num_layers=1 (not stated in table)"}
+    rj = tr.row_job(training_row(**cells))
+    assert not isinstance(rj, str), rj
+    assert rj.job["strategy"]["stage_layers"] == [4] * 15 + [1] and rj.job["strategy"]["recompute"] == "none"
+    assert rj.job["model"]["mtp_layers"] == 1
+    unknown = tr.row_job(training_row(**{**cells, "pp": "2", "vpp": "8", "dp": "128"}))
+    assert isinstance(unknown, str) and "no default layout for pp 2, vpp 8" in unknown

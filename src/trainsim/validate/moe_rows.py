@@ -221,3 +221,63 @@ def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -
     return (f"MoE: {layers} routes to {fields['top_k']} of {fields['experts']} experts, {width}{shared}; "
             f"dropless routing priced at the mean load (tokens x top_k / experts per expert); the {kind} "
             f"dispatcher's traffic is priced as {priced} (what expert_fc1 saves is the same)")
+
+
+_DEEPSEEK_V3_LAYOUTS: dict[tuple[int, int], str] = {
+    (4, 1): "Et*16|t*16|t*16|t*13{last}",
+    (8, 1): "Et*8|(t*8|)*6t*5{last}",
+    (4, 2): "Et*8|(t*8|)*6t*5{last}",
+    (16, 1): "Et*4|(t*4|)*14t{last}",
+    (8, 2): "Et*4|(t*4|)*14t{last}",
+    (4, 4): "Et*4|(t*4|)*14t{last}",
+}
+"""Megatron-Bridge's DeepSeek-V3 recipes, `set_deepseek_v3_pipeline_model_parallel_layout(cfg.model)` without a
+layout (src/megatron/bridge/recipes/deepseek/deepseek_v3.py, its layout_map): (pp, vpp) -> Megatron's layout, the
+last chunk's `{last}` the model's MTP modules then the loss ('m' * mtp_num_layers + 'L')."""
+
+RECIPE_LAYOUTS: dict[str, dict[tuple[int, int], str]] = {"deepseek-v3": _DEEPSEEK_V3_LAYOUTS}
+"""Model name (lower case, its start) -> the recipe's default pipeline layout per (pp, vpp)."""
+
+
+def recipe_layout(row: dict[str, str], pp: int, vpp: int, mtp_layers: int) -> str:
+    """The pipeline layout a Megatron-Bridge recipe sets by default (`pp_layout:set_layout(cfg.model)`, no layout
+    named) for the row's model and (pp, vpp), in Megatron's layout syntax; ValueError naming why there is none."""
+    name = row.get("model_name", "").strip().lower()
+    table = next((t for k, t in RECIPE_LAYOUTS.items() if name.startswith(k)), None)
+    if table is None:
+        raise ValueError(f"the recipe's default layout for '{row.get('model_name', '')}' is not in the sources read")
+    layout = table.get((pp, vpp))
+    if layout is None:
+        raise ValueError(f"the recipe has no default layout for pp {pp}, vpp {vpp}")
+    return layout.format(last="m" * mtp_layers + "L")
+
+
+RECIPE_RECOMPUTE: dict[str, tuple[tuple[str, ...], str]] = {
+    # NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/perf_recipes/deepseek/gb300/deepseek_v3.py: every version
+    # read with micro-batch 1 and the full-iteration CUDA graph (_enable_deepseek_full_iteration) sets
+    # recompute_modules = [] ("Recompute stays off, matching the 256-GPU recipe"); the micro-batch-2 versions
+    # without it recompute mla_up_proj
+    "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config": ((), "micro-batch 1 with the full-iteration CUDA graph"),
+    # .../perf_recipes/gpt_oss/gb200/gpt_oss.py: the full-iteration MXFP8 variant clears the BF16 recipe's
+    # layernorm + moe_act recompute (clear_recompute=True / recompute_modules = [])
+    "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config": ((), "the full-iteration CUDA graph"),
+}
+"""Megatron-Bridge performance recipes whose selective-recompute modules a row leaves as 'base-recipe default':
+recipe function -> (the modules it recomputes, the row settings that identify the version read)."""
+
+
+def recipe_recompute(row: dict[str, str]) -> tuple[tuple[str, ...], str] | None:
+    """The recompute modules of the Megatron-Bridge recipe a row names (its notes' 'recipe: ...::<function>'),
+    with the note saying where they come from, when the row runs the version read (the full-iteration CUDA graph,
+    and micro-batch 1 where the table says so); else None."""
+    m = re.search(r"::(\w+)", row.get("notes", ""))
+    if m is None or m.group(1) not in RECIPE_RECOMPUTE:
+        return None
+    modules, version = RECIPE_RECOMPUTE[m.group(1)]
+    settings = row.get("other_settings", "").lower()
+    if not re.search(r"cuda_graph\s*=\s*full_iteration", settings):
+        return None
+    if "micro-batch 1" in version and (_int_cell(row, "micro_batch") or 1) != 1:
+        return None
+    what = ", ".join(modules) if modules else "nothing (recompute off)"
+    return modules, f"base-recipe default: {m.group(1)} recomputes {what} in its version with {version}"

@@ -27,6 +27,8 @@ from .moe_rows import (
     moe_model_fields,
     moe_note,
     published_architecture,
+    recipe_layout,
+    recipe_recompute,
 )
 from .pipeline_splits import nanotron_stage_layers
 
@@ -664,6 +666,7 @@ class _Settings:
     offload_activations: bool = False  # checkpointed layer inputs in CPU memory (strategy.offload_activations)
     stages: dict[str, int] = field(default_factory=dict)  # first_stage_layers / last_stage_layers
     accounted: set[str] = field(default_factory=set)  # embedding / loss counted in the pipeline split (Megatron)
+    recipe_layout: bool = False  # pp_layout:set_layout(cfg.model): the recipe's default layout (moe_rows)
     layout: str | None = None  # Megatron's pipeline layout ('Et*4|(t*4|)*14tmL'), expanded: chunks split by '|'
     features: dict[str, Any] = field(default_factory=dict)
     dropout: dict[str, float] = field(default_factory=dict)
@@ -926,6 +929,7 @@ _RULES: list[tuple[str, Action]] = [
     (r"decoder-last-pipeline-num-layers\s*[=: ]\s*(\d+)", _stage_layers("last_stage_layers")),
     (r"(?:pipeline-model-parallel-layout\s*=\s*|pp_layout\s*[:=]\s*(?:set_layout\(cfg\.model,\s*)?)'?"
      r"([etml|()*\d\s]+?)'?\)?\s*", _layout),
+    (r"pp_layout\s*[:=]\s*set_layout\(cfg\.model\)", _set("recipe_layout", True)),
     (r"decoder-(?:first|last)-pipeline-num-layers.*|account-for-(?:embedding|loss)-in-pipeline-split.*|"
      r"pipeline-model-parallel-layout.*|pp_layout.*", _skip(SETTING, "uneven pipeline layout")),
     (r"fp8-param-gather\s*=\s*true", _fp8_params),
@@ -1061,7 +1065,12 @@ def _row_job(row: dict[str, str]) -> RowJob:
     sp = _seq_parallel(_cell(row, "seq_parallel"), tp, bool(settings.tp_comm_overlap), notes)
     if sp:
         strategy["sequence_parallel"] = True
-    recompute = _recompute(_cell(row, "recompute"), notes)  # 'selective:a+b': the modules named
+    read = recipe_recompute(row) if re.search(r"base-recipe default", _cell(row, "recompute")) else None
+    if read is not None:  # a Megatron-Bridge recipe whose modules the row leaves unresolved, read from its source
+        recompute = selective_mode(set(read[0])) if read[0] else "none"
+        notes["recompute"] = read[1]
+    else:
+        recompute = _recompute(_cell(row, "recompute"), notes)  # 'selective:a+b': the modules named
     strategy["recompute"] = recompute.partition(":")[0]
     if ":" in recompute:
         strategy["recompute_modules"] = sorted(recompute.partition(":")[2].split("+"))
@@ -1094,6 +1103,12 @@ def _row_job(row: dict[str, str]) -> RowJob:
     if settings.stages and (pp == 1 or vpp > 1):
         raise RowSkip(SETTING, f"uneven pipeline stages with pp = {pp}, vpp = {vpp}")
     strategy.update(settings.stages)
+    if settings.recipe_layout:
+        try:
+            settings.layout = _expand_layout(recipe_layout(row, pp, vpp, int(model.get("mtp_layers", 0))).lower())
+        except ValueError as exc:
+            raise RowSkip(SETTING, f"uneven pipeline layout (pp_layout:set_layout(cfg.model)): {exc}") from None
+        notes["pp_layout"] = "the recipe's default layout for its pp and vpp (Megatron-Bridge's layout_map)"
     if settings.layout is not None:
         if "m" in settings.layout and not model.get("mtp_layers"):
             model["mtp_layers"] = settings.layout.count("m")
