@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 import trainsim
 from trainsim.cost.calibration import load_calibration
-from trainsim.cost.comm import CommParams, NcclComm, two_hop_remote_share
+from trainsim.cost.comm import (
+    CommParams,
+    NcclComm,
+    two_hop_dispatch,
+    two_hop_rank_share,
+    two_hop_remote_share,
+)
 from trainsim.errors import ConfigError
 from trainsim.hardware.cluster import get_cluster
 from trainsim.validate.moe_rows import ep_dispatcher
@@ -77,7 +83,45 @@ def test_the_two_hop_dispatch_shortens_cross_node_expert_parallelism_only() -> N
     small["strategy"] = {"ep": 8, "global_batch": 32}  # ep inside each node: nothing crosses
     inside = trainsim.simulate(small)
     small["strategy"]["ep_dispatcher"] = "deepep"
-    assert trainsim.simulate(small).iteration_time_s == inside.iteration_time_s
+    nvlink_only = trainsim.simulate(small)
+    # inside a node only the per-GPU deduplication remains: top-8 of 128 experts, 16 per GPU, reach 5.25 GPUs
+    share = two_hop_rank_share(128, 8, 8, 1)
+    assert share == pytest.approx(8 * (1 - math.comb(112, 8) / math.comb(128, 8)) / 8)
+    assert nvlink_only.breakdown["ep"] < inside.breakdown["ep"]
+    assert nvlink_only.breakdown["ep"] > share * inside.breakdown["ep"] * 0.95  # the latency does not shrink
+
+
+def test_rank_share_by_hand() -> None:
+    # 4 experts on 2 GPUs, top-2: both on one GPU with probability 2 x C(2, 2) / C(4, 2) = 1/3, so 5/3 GPUs per
+    # token against 2 copies
+    assert two_hop_rank_share(4, 2, 2, 1) == pytest.approx(5 / 6)
+    assert two_hop_rank_share(256, 8, 1, 1) == 1.0 and two_hop_rank_share(256, 1, 64, 8) == 1.0
+    # node-limited: a token picks its 8 experts among the 4 chosen nodes' 128, 32 GPUs of 4 experts there
+    limited = 32 * (1 - math.comb(124, 8) / math.comb(128, 8)) / 8
+    assert two_hop_rank_share(256, 8, 64, 8, node_limit=4) == pytest.approx(limited)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([16, 64, 128, 256]), st.integers(2, 16), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([1, 2, 4, 8]), st.sampled_from([None, 1, 2, 4]))
+def test_a_gpu_is_never_reached_less_often_than_its_node(experts: int, top_k: int, nodes: int, per_node: int,
+                                                         limit: int | None) -> None:
+    """Deduplicating per GPU keeps at least as many copies as per node (uniform routing): the moved share is at
+    least the remote share, both fractions of the per-expert copies, and two_hop_dispatch's pair multiplies back
+    to the cross-node share."""
+    ranks = nodes * per_node
+    if experts % ranks:
+        return
+    moved = two_hop_rank_share(experts, top_k, ranks, nodes, limit)
+    remote = two_hop_remote_share(experts, top_k, nodes, limit)
+    assert 1 / top_k - 1e-12 <= moved <= 1.0
+    # (on one node nothing crosses: the remote share is 1 by convention; a node limit takes every chosen node as
+    # reached, which a tiny top_k need not do, so the property is the uniform routing's)
+    if nodes > 1 and limit is None:
+        assert remote <= moved + 1e-12
+    got_moved, share = two_hop_dispatch(experts, top_k, ranks, nodes, limit)
+    assert got_moved == moved and 0 < share <= 1.0
+    assert moved * share == pytest.approx(min(moved, remote) if nodes > 1 else moved)
 
 
 def test_strategy_keys_are_checked_and_kept() -> None:

@@ -303,8 +303,9 @@ def simulate(
 
 @app.command()
 def validate(
-    cases: Annotated[str, typer.Argument(help="CSV of measured runs: training_runs.csv, vTrain ground_truth_*.csv "
-                                          "or collectives.csv format (see shared/validation/README.md)")],
+    cases: Annotated[str, typer.Argument(help="CSV of measured runs: training_runs.csv, vTrain ground_truth_*.csv, "
+                                          "collectives.csv, alltoall.csv or astra_reference.csv format (see "
+                                          "shared/validation/README.md)")],
     json_out: Annotated[str | None, Opt("--json", help="write summary, rows and skipped rows as JSON")] = None,
     plot: Annotated[str | None, Opt(help="write a predicted-vs-measured scatter (PNG; needs trainsim[plot])")] = None,
     max_mape: Annotated[float | None, Opt(help="exit 1 when the mean absolute % error exceeds this")] = None,
@@ -464,7 +465,7 @@ def calibrate(
             kernel_files.append(path)
             continue
         kind = runner.detect_kind(header)
-        if kind == "collectives":
+        if kind in ("collectives", "alltoall"):
             raise ConfigError(str(path), "collective measurements are fitted per link type in the comm section",
                               "edit the comm: section, then check it with `trainsim validate` on the file")
         idx = list(range(len(rows)))[::every]

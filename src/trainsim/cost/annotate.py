@@ -23,7 +23,7 @@ from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
 from ..workload.ir import Op, OpKind, OpValues
-from .comm import CommModel, NcclComm, port_key, two_hop_remote_share
+from .comm import CommModel, NcclComm, port_key, two_hop_dispatch
 from .compute import ComputeModel
 from .offload import gather_group_system
 
@@ -224,12 +224,14 @@ class _CommPricer:
             return self.priced_of(collective, size, group, conc, **kw)
         return self.comm.time(collective, size, group, conc, **kw), self.demand_of(collective, size, group, conc, **kw)
 
-    def share(self, step: Step, group: tuple[int, ...]) -> float:
-        """The cross-node share of an expert-parallel all-to-all sent as a two-hop dispatch, else 1."""
+    def two_hop_shares(self, step: Step, group: tuple[int, ...]) -> tuple[float, float]:
+        """An expert-parallel all-to-all sent as a two-hop dispatch: (what it moves of its per-(token, expert)
+        buffer, one copy per GPU reached: two_hop_rank_share; the cross-node share of that, one copy per node
+        reached: two_hop_remote_share over it); (1, 1) for every other collective."""
         if self.two_hop is None or step.collective != "all_to_all" or "ep" not in step.axes:
-            return 1.0
+            return 1.0, 1.0
         experts, top_k, limit = self.two_hop
-        return two_hop_remote_share(experts, top_k, len({r // self.gpn for r in group}), limit)
+        return two_hop_dispatch(experts, top_k, len(group), len({r // self.gpn for r in group}), limit)
 
     def pair(self, collective: str, size: float, a: int, b: int) -> tuple[float, Demand | None]:
         """A call between rank `a` and its peer `b` of another stage (pipeline send, tied-embedding sum)."""
@@ -262,7 +264,8 @@ class _CommPricer:
         stage = self.stage_of(stage_rank)
         ckey = ("axes", step.axes) if self.aligned else ("axes", step.axes, stage)
         conc = self.concurrency(ckey, lambda: axes_concurrency(self.mesh, step.axes, stage, group, self.gpn))
-        t, dem = self.call(step.collective, step.size_bytes, group, conc, self.share(step, group))
+        moved, share = self.two_hop_shares(step, group)
+        t, dem = self.call(step.collective, step.size_bytes * moved, group, conc, share)
         self.times[key] = t
         if self.book is not None and dem is not None:
             self.book.steps[key] = dem

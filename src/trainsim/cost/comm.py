@@ -364,6 +364,38 @@ def two_hop_remote_share(experts: int, top_k: int, nodes: int, node_limit: int |
     return min(1.0, reached / copies)
 
 
+def two_hop_rank_share(experts: int, top_k: int, ranks: int, nodes: int, node_limit: int | None = None) -> float:
+    """GPU-level copies of a two-hop MoE dispatch over its (token, expert) copies: DeepEP's and HybridEP's kernels
+    send a token once to each GPU holding some of its experts (the experts there take it from one buffer), so
+    each copy on NVLink, direct or forwarded, stands for every expert of that GPU the token chose. Balanced
+    routing: top_k of the experts uniformly (with node-limited routing, of the `node_limit` chosen nodes'
+    experts), `experts / ranks` per GPU, a GPU reached with probability 1 - C(pool - per GPU, top_k) /
+    C(pool, top_k) (DeepEP's benchmark routing, sampled: 5.30 GPUs per token on 8 GPUs, 7.26 on 32)."""
+    if ranks <= 1 or top_k <= 1:
+        return 1.0
+    nodes = max(1, nodes)
+    chosen = node_limit if node_limit is not None and node_limit < nodes else nodes
+    pool = experts * chosen / nodes  # the experts a token picks from
+    per_gpu = experts / ranks
+    miss = 1.0
+    for i in range(top_k):
+        if pool - i <= 0:  # it takes every expert of the pool (a node limit too tight for top_k)
+            miss = 0.0
+            break
+        miss *= max(0.0, (pool - per_gpu - i) / (pool - i))
+    reached = ranks * chosen / nodes * (1.0 - miss)
+    return min(1.0, reached / top_k)
+
+
+def two_hop_dispatch(experts: int, top_k: int, ranks: int, nodes: int, node_limit: int | None = None
+                     ) -> tuple[float, float]:
+    """How NcclComm prices a two-hop MoE dispatch (or combine) of a per-(token, expert) buffer over `ranks` GPUs
+    on `nodes` nodes: (the share of the buffer it moves, two_hop_rank_share; the cross-node share of that,
+    one copy per node reached over one per GPU reached: the `remote_share` to pass with the moved size)."""
+    moved = two_hop_rank_share(experts, top_k, ranks, nodes, node_limit)
+    return moved, min(1.0, two_hop_remote_share(experts, top_k, nodes, node_limit) / moved)
+
+
 def _link_type(level: Level, network: bool) -> str:
     return LINK_TYPES.get(level.name, "infiniband" if network else "nvlink")
 

@@ -1,6 +1,6 @@
 """Run a validation file: detect its format, simulate every row, summarise errors and ranking.
 
-Formats (by header): training_runs.csv, vTrain ground truth, collectives.csv, ASTRA-sim reference
+Formats (by header): training_runs.csv, vTrain ground truth, collectives.csv, alltoall.csv, ASTRA-sim reference
 files (astra_reference.csv, predicted in ASTRA-sim's semantics or NCCL's). Rows run in
 worker processes (each simulation is independent and pure), in input order.
 """
@@ -169,10 +169,13 @@ def detect_kind(header: list[str]) -> str:
         return "training_runs"
     if set(vtrain.REQUIRED_COLUMNS) - {"# GPUs"} <= cols:
         return "vtrain"
+    if {"reported_bw_gbps", "bw_definition", "collective", "n_gpus"} <= cols:
+        return "alltoall"
     if {"collective", "size_bytes", "time_us", "n_gpus"} <= cols:
         return "collectives"
     raise ConfigError("CASES", "unrecognised columns", "use the header of training_runs.csv, vTrain's "
-                      "ground_truth_*.csv, collectives.csv or astra_reference.csv (see shared/validation/README.md)")
+                      "ground_truth_*.csv, collectives.csv, alltoall.csv or astra_reference.csv (see "
+                      "shared/validation/README.md)")
 
 
 def _simulate_row(args: tuple[str, int, dict[str, str], str | None, dict[str, Any]]) -> Outcome:
@@ -218,11 +221,12 @@ def run_rows(kind: str, rows: list[dict[str, str]], calibration: str | None = No
         if progress:
             progress(len(rows))
         return ValidationReport(kind, outs, {}, semantics=semantics)
-    if kind == "collectives":
+    if kind in ("collectives", "alltoall"):
         from ..cost.calibration import load_calibration
+        from .alltoall import alltoall_outcomes
         from .collectives import collective_outcomes
 
-        outs = collective_outcomes(rows, load_calibration(calibration))
+        outs = (collective_outcomes if kind == "collectives" else alltoall_outcomes)(rows, load_calibration(calibration))
         for o, i in zip(outs, idx, strict=True):
             o.row = i
         if progress:
@@ -276,6 +280,7 @@ COLUMN_ALIASES: dict[str, dict[str, str]] = {
                "params": "Parameters (billion)"},
     "collectives": {"source": "source_id", "nodes": "n_nodes", "gpus": "n_gpus", "size": "size_bytes",
                     "algorithm": "algo_proto_or_env"},
+    "alltoall": {"gpus": "n_gpus", "size": "size_bytes", "kind": "collective"},
     "astra_reference": {"group": "group_id", "algorithm": "algorithms_per_dim", "size": "comm_size_bytes"},
 }
 FILE_COLUMN = "file"  # pseudo-column: the input file (vTrain's files have no source column: 'source' is the file)
