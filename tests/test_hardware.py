@@ -82,7 +82,7 @@ def test_every_device_has_source_and_known_dtypes() -> None:
     for name, dev in DEVICES.items():
         assert dev.name == name
         assert len(dev.source) > 20, name
-        assert set(dev.peak_tflops) <= {"fp32", "tf32", "fp16", "bf16", "fp8"}
+        assert set(dev.peak_tflops) <= {"fp32", "tf32", "fp16", "bf16", "fp8", "fp4"}
         assert "fp32" in dev.peak_tflops, name
 
 

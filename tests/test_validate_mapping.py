@@ -280,7 +280,8 @@ def test_precision_defaults_and_skips() -> None:
     assert rj.job["simulation"]["dtype"] == "bf16" and rj.assumptions["precision"].startswith("not stated")
     assert _job(precision="not stated", gpu="V100-SXM2 32GB").job["simulation"]["dtype"] == "fp16"
     assert "autocast" in _job(precision="AMP").assumptions["precision"]
-    assert skip_category(_skip(precision="NVFP4", gpu="B200")) == "precision not modelled"
+    assert skip_category(_skip(precision="MXFP4", gpu="B200")) == "precision not modelled"
+    assert _job(precision="NVFP4", gpu="B200").job["simulation"]["dtype"] == "fp4"  # Blackwell's FP4 rate
     for text in ("MXFP8 (1x32 block scaling, E8M0 scales)", "bf16 + fp8 (hybrid, recipe=blockwise)"):
         rj = _job(precision=text, gpu="H100 80GB")  # block-scaled FP8: the FP8 tensor-core rate, said so
         assert rj.job["simulation"]["dtype"] == "fp8" and "block-scaled" in rj.assumptions["precision"], text
@@ -421,7 +422,7 @@ def test_skip_categories_group_rows_that_differ_only_in_values() -> None:
 
 def test_validate_counts_skips_by_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = [_row(case_id="ok"), _row(case_id="moe1", arch="MoE (top-2)"), _row(case_id="moe2", n_experts="8"),
-            _row(case_id="v", vpp="yes", pp="2", dp="4"), _row(case_id="p", precision="NVFP4")]
+            _row(case_id="v", vpp="yes", pp="2", dp="4"), _row(case_id="p", precision="MXFP4")]
     path = tmp_path / "runs.csv"
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=[*BASE, "n_experts"])

@@ -156,7 +156,7 @@ def simulate(
     lora_base: Annotated[str | None, Opt(help="with --lora-rank: bf16 (LoRA) | nf4 (QLoRA: the adapted "
                                               "matrices in 4-bit NormalFloat)")] = None,
     dtype: Annotated[str | None, Opt(help="auto (default: bf16 from Ampere on, fp16 on V100, fp32 on Pascal) | bf16 "
-                                        "| fp16 | fp8 | tf32 | fp32")] = None,
+                                        "| fp16 | fp8 | fp4 | tf32 | fp32")] = None,
     master_weights: Annotated[bool | None, Opt("--master-weights/--no-master-weights",
                                                help="fp32 master weights and optimizer states (mixed precision, "
                                                     "the default) or none: weights, gradients and optimizer "

@@ -392,7 +392,7 @@ def _check_learned(compute_model: str) -> None:
 
 
 class SimulationSpec(_Strict):
-    dtype: Literal["auto", "fp32", "tf32", "fp16", "bf16", "fp8"] = Field(
+    dtype: Literal["auto", "fp32", "tf32", "fp16", "bf16", "fp8", "fp4"] = Field(
         "auto", description="auto: what the GPU trains in (bf16 from Ampere on, fp16 on V100, fp32 on Pascal)")
     # how the training framework keeps its model states (static memory; master_weights also the gradient dtype)
     master_weights: bool = Field(True, description="an fp32 master copy of the weights with fp32 optimizer states "

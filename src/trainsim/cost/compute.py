@@ -20,7 +20,10 @@ masked half of a causal score matrix is skipped.
 FP8 (Transformer Engine / torchao float8 semantics): only weighted GEMMs run in FP8; each casts its input
 to FP8 on the way in (forward) and its output gradient (backward), cast and transpose fused (read 2 bytes,
 write 2 per element); weights are cast once per iteration (not charged); attention, batched GEMMs, norms
-and element-wise ops stay BF16.
+and element-wise ops stay BF16. FP4 (Transformer Engine's NVFP4 recipe, Blackwell) is the same with 4-bit
+values and an FP8 scale per 16: each cast writes a row-wise and a column-wise copy of 0.5 + 1/16 bytes per
+element (the column-wise one, for the weight gradient, through a 16 x 16 random Hadamard transform fused into
+the cast), 3.125 bytes moved per element; the GEMMs run at the FP4 tensor-core rate.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ from ..workload.ir import Op, OpKind
 from .calibration import ComputeParams, load_calibration
 
 _ELEM_SCALE = {"fp32": 2.0, "tf32": 2.0}
+LOW_PRECISION_GEMM = frozenset({"fp8", "fp4"})
+"""Compute dtypes in which only weighted GEMMs run at that precision (the rest of the step in BF16)."""
+CAST_BYTES_PER_ELEM = {"fp8": 4.0, "fp4": 2.0 + 2 * (0.5 + 1 / 16)}
+"""HBM bytes one element's fused cast moves: read 2 (BF16), write the row-wise and column-wise copies (FP8: 1 + 1;
+NVFP4: 0.5 + 1/16 each, a 4-bit value and an E4M3 scale per 16)."""
 # Megatron's softmax when its fused kernel cannot take the shape (FusedScaleMaskSoftmax.
 # forward_torch_softmax, softmax in fp32): cast to fp32, scale, masked_fill_, softmax, cast back.
 # HBM bytes per score element: 6 + 8 + 8 + 8 + 6 forward; backward runs the same five kernels
@@ -78,17 +86,18 @@ def fused_softmax_available(local: Mapping[str, float], causal: bool) -> bool:
     return batches % per_block == 0 if causal else sq % per_block == 0
 
 
-def _fp8_cast_bytes(op: Op, local: Mapping[str, float], phase: str) -> float:
-    """HBM bytes of the FP8 casts around one weighted GEMM in a phase (fused cast + transpose: read 2 bytes,
-    write 1 + 1 per element). Forward: the input activation; backward: the output gradient (once for dgrad
+def _fp8_cast_bytes(op: Op, local: Mapping[str, float], phase: str, dtype: str = "fp8") -> float:
+    """HBM bytes of the FP8 (or NVFP4) casts around one weighted GEMM in a phase (fused cast + transpose:
+    CAST_BYTES_PER_ELEM). Forward: the input activation; backward: the output gradient (once for dgrad
     and wgrad together, charged to dgrad when the phases are split). Weights are cast once per iteration
     and reused by every micro-batch (Transformer Engine's is_first_microbatch, float8 FSDP all-gather), which
     is small next to the GEMMs and not charged here."""
+    per_elem = CAST_BYTES_PER_ELEM[dtype]
     if phase == "wgrad":
         return 0.0
     if phase in ("bwd", "dgrad"):
-        return 4.0 * math.prod(local.get(d, 1) for d in op.output)
-    return 4.0 * math.prod(local.get(d, 1) for d in op.inputs[0]) if op.inputs else 0.0
+        return per_elem * math.prod(local.get(d, 1) for d in op.output)
+    return per_elem * math.prod(local.get(d, 1) for d in op.inputs[0]) if op.inputs else 0.0
 
 
 def _torch_softmax(op: Op, local: Mapping[str, float] | None) -> bool:
@@ -190,9 +199,9 @@ class RooflineCompute:
         return min(1.0, eff)
 
     def op_time(self, op: Op, local: Mapping[str, float], phase: str, device: Device, dtype: str) -> float:
-        fp8 = dtype == "fp8" and op.kind == OpKind.MATMUL and op.weight is not None
-        if dtype == "fp8" and not fp8:
-            dtype = "bf16"  # FP8 recipes run only weighted GEMMs in FP8
+        fp8 = dtype in LOW_PRECISION_GEMM and op.kind == OpKind.MATMUL and op.weight is not None
+        if dtype in LOW_PRECISION_GEMM and not fp8:
+            dtype = "bf16"  # FP8 / NVFP4 recipes run only weighted GEMMs in that precision
         peak = device.peak_flops(dtype)
         bwd = phase == "bwd"
         flops = op.bwd_flops(local) if bwd else op.fwd_flops(local)
@@ -206,7 +215,7 @@ class RooflineCompute:
             t = self.contraction_time(op, local, phase, device, dtype)
             kernels = self.kernels(op, phase)
             if fp8:
-                cast_bytes = _fp8_cast_bytes(op, local, phase)
+                cast_bytes = _fp8_cast_bytes(op, local, phase, dtype)
                 t += cast_bytes / hbm
                 kernels += 1 if cast_bytes else 0
         elif op.kind == OpKind.ATTENTION:

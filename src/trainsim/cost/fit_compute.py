@@ -55,7 +55,7 @@ _NUMERIC = frozenset({"m", "n", "k", "batch", "tflops", "heads", "seq_len", "hea
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
                   "tensorfloat32": "tf32", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
                   "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
-_ALIGN_ELEMS = {"fp32": 4, "tf32": 4, "fp16": 8, "bf16": 8, "fp8": 16}  # 16-byte rows for tensor cores
+_ALIGN_ELEMS = {"fp32": 4, "tf32": 4, "fp16": 8, "bf16": 8, "fp8": 16, "fp4": 32}  # 16-byte rows for tensor cores
 
 DEFAULT_GEMM_DTYPES = ("fp16", "bf16")
 MIN_SENSITIVITY = 0.05  # |change of log time| when a parameter moves from x/2 to 2x

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
 """Data types a `Device.peak_tflops` table may list."""
 
 _DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
@@ -28,6 +28,7 @@ _DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
         "float8": "fp8",
         "fp8_e4m3": "fp8",
         "fp8_e5m2": "fp8",
+        "nvfp4": "fp4",
     }
 )
 
@@ -190,26 +191,26 @@ DEVICES: dict[str, Device] = {
         ),
         _device(
             "b200",
-            {"fp32": 75.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
+            {"fp32": 75.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0, "fp4": 9000.0},
             180,
             8000.0,
             148,
             "compute: NVIDIA HGX B200 per-GPU specification table (NVIDIA HGX platform page), halved "
             "sparse tensor figures: TF32 2.2 PF -> 1100, FP16/BF16 4.5 PF -> 2250, FP8 9 PF -> 4500 "
-            "TFLOPS dense; FP32 75 TFLOPS (an earlier revision of that table said 80). Memory: NVIDIA "
+            "TFLOPS dense, FP4 (NVFP4) 18 PF -> 9000; FP32 75 TFLOPS (an earlier revision of that table said 80). Memory: NVIDIA "
             "DGX B200 datasheet, 1,440 GB total and 64 TB/s HBM3e over 8 GPUs = 180 GB and 8 TB/s per "
             "GPU (192 GB physical; the later HGX table and the driver's 7680-bit bus give ~7.7 TB/s). "
             "148 SMs from cudaGetDeviceProperties (not in the datasheets).",
         ),
         _device(
             "gb200",
-            {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0},
+            {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0, "fp4": 10000.0},
             186,
             8000.0,
             148,
             "NVIDIA GB200 NVL72 datasheet (rack of 72 Blackwell GPUs, tensor figures stated with "
-            "sparsity): TF32 180 PF, FP16/BF16 360 PF, FP8 720 PF -> per GPU halved to dense 1250, 2500, "
-            "5000 TFLOPS; FP32 5,760 TF -> 80; up to 13.4 TB HBM3e at 576 TB/s -> 186 GB and 8 TB/s per "
+            "sparsity): TF32 180 PF, FP16/BF16 360 PF, FP8 720 PF, FP4 1,440 PF -> per GPU halved to dense "
+            "1250, 2500, 5000, 10000 TFLOPS; FP32 5,760 TF -> 80; up to 13.4 TB HBM3e at 576 TB/s -> 186 GB and 8 TB/s per "
             "GPU. The GB200 runs its B200 GPUs at 1.2 kW, hence 2.5 PF dense BF16 against the HGX B200's "
             "2.25 PF (some third-party tables give GB200 2.25: they copy the HGX part). SMs as b200 "
             "(not in the datasheet).",
@@ -227,25 +228,27 @@ DEVICES: dict[str, Device] = {
         ),
         _device(
             "b300",
-            {"fp32": 75.0, "tf32": 1125.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
+            {"fp32": 75.0, "tf32": 1125.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0, "fp4": 13500.0},
             288,
             8000.0,
             160,
             "NVIDIA HGX/DGX B300 (Blackwell Ultra) specification table, per 8-GPU node with sparsity: FP8/FP6 72 "
             "PF, FP16/BF16 36 PF, TF32 18 PF, FP32 600 TF, up to 2.3 TB HBM3e at 64 TB/s -> per GPU dense FP8 "
-            "4500, BF16/FP16 2250, TF32 1125, FP32 75 TFLOPS, 288 GB and 8 TB/s. Dense MXFP8 runs at the FP8 "
+            "4500, BF16/FP16 2250, TF32 1125, FP32 75 TFLOPS, 288 GB and 8 TB/s; FP4 (NVFP4) 144 PF sparse, 108 PF "
+            "dense -> 13500 (Blackwell Ultra raises dense FP4 1.5x over the B200, not FP8). Dense MXFP8 runs at the FP8 "
             "rate (Blackwell's tensor cores scale 1x32 blocks in hardware). 160 SMs: Blackwell Ultra's 20,480 "
             "CUDA cores / 128 per SM (not in the datasheet).",
         ),
         _device(
             "gb300",
-            {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0},
+            {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0, "fp4": 15000.0},
             278,
             8000.0,
             160,
             "NVIDIA GB300 NVL72 datasheet (rack of 72 Blackwell Ultra GPUs; tensor figures with sparsity): "
             "FP8/FP6 720 PF (360 PF dense 'for training'), FP16/BF16 360 PF, TF32 180 PF, up to 20 TB HBM3e at "
-            "576 TB/s -> per GPU dense FP8 5000, BF16/FP16 2500, TF32 1250 TFLOPS, 278 GB and 8 TB/s; FP32 80 "
+            "576 TB/s -> per GPU dense FP8 5000, BF16/FP16 2500, TF32 1250 TFLOPS, 278 GB and 8 TB/s; FP4 (NVFP4) 1,440 PF "
+            "sparse, 1,080 PF dense -> 15000; FP32 80 "
             "TFLOPS as the GB200. The GB300 runs its B300 GPUs at 1.4 kW, hence more than the HGX B300's rates. "
             "MXFP8 and SMs as b300.",
         ),

@@ -277,8 +277,13 @@ def _seq_parallel(text: str, tp: int, tp_comm_overlap: bool, notes: dict[str, st
 def _dtype(precision: str, gpu: str, notes: dict[str, str]) -> str:
     """The compute dtype a `precision` cell names (FP8 means per-tensor-scaled FP8 GEMMs)."""
     p = precision.lower()
-    if re.search(r"nvfp4|mxfp4|\bfp4\b", p):
-        raise RowSkip("precision not modelled", f"'{precision}': FP4 training")
+    if "nvfp4" in p:
+        notes["precision"] = (f"'{precision}': Transformer Engine's NVFP4 recipe, every weighted GEMM (forward, data "
+                              "and weight gradients) at the FP4 tensor-core rate with its casts (row- and column-wise "
+                              "4-bit copies, E4M3 scales per 16); layers a recipe keeps in BF16 are not named: none")
+        return "fp4"
+    if re.search(r"mxfp4|\bfp4\b", p):
+        raise RowSkip("precision not modelled", f"'{precision}': FP4 training other than NVFP4")
     if re.search(r"mxfp8|fp8-mx|block[- ]?(?:wise|scal)|1x32|32x32|128x128|finer-grained", p):
         notes["precision"] = (f"'{precision}': block-scaled FP8 GEMMs priced at the FP8 tensor-core rate (Blackwell "
                               "applies MXFP8's 1x32 block scales in the tensor cores; Hopper's blockwise kernels in "
