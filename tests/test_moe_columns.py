@@ -4,6 +4,7 @@ modelled yet), its rows compared on tokens/s, and NVL72 racks holding jobs large
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -153,15 +154,72 @@ def test_mla_attention_by_hand() -> None:
     assert not ops["kv_down"].saved  # it reads the layer input that q_down keeps
 
 
-def test_mla_splits_its_heads_over_tp_and_needs_a_fused_kernel() -> None:
+def test_mla_splits_its_heads_over_tp() -> None:
     model = {"name": "custom", "layers": 2, "hidden": 1024, "heads": 8, "ffn": 2048, "vocab": 1000,
              "kv_lora_rank": 128, "q_lora_rank": 256, "head_size": 96, "qk_rope_dim": 32, "v_head_size": 64}
     job = {"model": model, "cluster": {"name": "dgx-h100", "nodes": 1}}
     one = trainsim.simulate({**job, "strategy": {"global_batch": 8, "tp": 1}})
     two = trainsim.simulate({**job, "strategy": {"global_batch": 8, "tp": 2}})
     assert one.model_params == two.model_params and two.breakdown["tp"] > 0
-    with pytest.raises(trainsim.ConfigError, match=r"^model\.attention:"):
-        trainsim.simulate({**job, "model": {**model, "attention": "unfused"}})
+    unfused = trainsim.simulate({**job, "model": {**model, "attention": "unfused"}, "strategy": {"global_batch": 8}})
+    assert unfused.model_params == one.model_params and max(unfused.peak_memory_bytes) > max(one.peak_memory_bytes)
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_unfused_mla_keeps_what_its_backward_reads_by_hand(dropout: bool) -> None:
+    """The unfused chain: scores keep each head's query and key (head_size each, the rope key copied into every
+    head), the softmax its probabilities, the context the values (v_head_size each) and, only behind a dropout,
+    the dropped probabilities as a tensor of their own (autograd saves the softmax's output once)."""
+    h, a, ql, kc, rope, dq, dv, b, s = 512, 8, 192, 64, 8, 24, 16, 2, 256
+    feats = {"kv_lora_rank": kc, "q_lora_rank": ql, "head_size": dq, "qk_rope_dim": rope, "v_head_size": dv,
+             "dropout": dropout}
+    m = build_model("custom", b, s, "unfused", feats, layers=1, hidden=h, heads=a, ffn=2048, vocab=1000)
+    ops = {op.name: op for lay in m.layers for op in lay.ops}
+    assert "attention" not in ops
+
+    def kept(name: str) -> float:
+        op = ops[name]
+        return sum(math.prod(op.dims[d] for d in t.dims) * t.bytes_per_elem for t in op.saved)
+
+    assert kept("scores") == pytest.approx(2 * b * s * a * dq * 2)  # queries and keys, BF16
+    assert kept("softmax") == pytest.approx(2 * b * a * s * s)
+    assert kept("context") == pytest.approx(2 * b * s * a * dv + (2 * b * a * s * s if dropout else 0))
+    assert ops["scores"].fwd_flops() + ops["context"].fwd_flops() == pytest.approx(2 * b * a * s * s * (dq + dv))
+    assert ("attn_dropout" in ops) == dropout
+
+
+def test_unfused_attention_keeps_the_probabilities_once_without_dropout() -> None:
+    """Without attention dropout the context GEMM reads the softmax's output: one (a x s x t) tensor per layer."""
+    job = {"model": {"name": "custom", "layers": 2, "hidden": 1024, "heads": 32, "ffn": 4096, "seq_len": 4096,
+                     "dropout": False},
+           "cluster": {"name": "dgx-h100", "nodes": 1},
+           "strategy": {"dp": 4, "tp": 2, "micro_batch": 4, "global_batch": 16, "sequence_parallel": True}}
+
+    def per_layer(attention: str) -> float:
+        peaks = []
+        for layers in (2, 4):
+            r = trainsim.simulate({**job, "model": {**job["model"], "layers": layers, "attention": attention}})
+            peaks.append(r.memory[0].activation_peak_bytes)
+        return (peaks[1] - peaks[0]) / 2
+
+    probs = 4 * 16 * 4096 * 4096 * 2  # micro-batch 4, 32 heads over tp 2, BF16
+    assert per_layer("unfused") - per_layer("flash") == pytest.approx(probs, rel=0.05)
+
+
+def test_megatron_mla_flags_map() -> None:
+    """--multi-latent-attention with its sizes (a Megatron CI row): head_size = qk-head-dim + qk-pos-emb-head-dim;
+    the size flags alone are inert, as in Megatron."""
+    flags = ("multi-latent-attention=True; q-lora-rank=192; kv-lora-rank=64; qk-head-dim=16; qk-pos-emb-head-dim=8; "
+             "v-head-dim=16; kv-channels=128")
+    rj = tr.row_job(training_row(other_settings=flags))
+    assert not isinstance(rj, str), rj
+    got = {k: rj.job["model"][k] for k in ("kv_lora_rank", "q_lora_rank", "head_size", "qk_rope_dim", "v_head_size")}
+    assert got == {"kv_lora_rank": 64, "q_lora_rank": 192, "head_size": 24, "qk_rope_dim": 8, "v_head_size": 16}
+    partial = tr.row_job(training_row(other_settings="multi-latent-attention=True; kv-lora-rank=64"))
+    assert not isinstance(partial, str) and partial.job["model"]["head_size"] == 128 + 64
+    assert "not stated" in partial.assumptions["mla"]
+    inert = tr.row_job(training_row(other_settings="kv-lora-rank=64"))
+    assert not isinstance(inert, str) and "kv_lora_rank" not in inert.job["model"]
 
 
 def test_an_mla_row_reads_its_head_sizes_and_ranks() -> None:

@@ -241,7 +241,6 @@ def test_attention_backend_flags(setting: str, kernel: str) -> None:
     ("packed=False", "setting not expressible"),
     ("decoder-first-pipeline-num-layers=2", "setting not expressible"),
     ("Shampoo optimizer (page note)", "setting not expressible"),
-    ("multi-latent-attention=True", "architecture not modelled"),
     ("position-embedding-type=none", "architecture not modelled"),
     ("num-experts=8", "mixture of experts"),
     ("bucket-size=40MB", "setting not understood"),

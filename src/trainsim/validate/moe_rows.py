@@ -10,8 +10,9 @@ a dense MLP (--moe-layer-freq of the form [0]*k+[1]*n). That is Megatron-Core's 
 - the experts' tensor parallelism is the dense layers' (Megatron: --expert-tensor-parallel-size defaults to
   --tensor-model-parallel-size, megatron/training/arguments.py), or 1, whole experts folded over tp x ep
   (strategy.etp; expert_tp reads it);
-- attention is ordinary: a Megatron row's multi-latent attention (its sizes in flags trainsim does not read)
-  is named as not modelled; moe_runs.csv states MLA's sizes, which map (model.kv_lora_rank, ...).
+- attention is ordinary or multi-latent: a Megatron row's MLA flags (--multi-latent-attention, --q-lora-rank, ...)
+  are read with its other settings (training_runs), moe_runs.csv states MLA's sizes in columns; both map to
+  model.kv_lora_rank, ...
 Multi-token-prediction layers (--mtp-num-layers) map to model.mtp_layers (training_runs' settings rules).
 --moe-router-topk defaults to 2 (Megatron's arguments.py).
 
@@ -30,7 +31,6 @@ MEGATRON_DEFAULT_TOP_K = 2
 """--moe-router-topk's default (megatron/training/arguments.py)."""
 
 _BLOCKERS: tuple[tuple[str, str], ...] = (
-    (r"multi-latent-attention\s*=\s*true", "multi-latent attention (MLA)"),
     (r"moe-expert-capacity-factor\s*=", "a token capacity per expert (dropping)"),
 )
 

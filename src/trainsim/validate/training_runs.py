@@ -674,6 +674,7 @@ class _Settings:
     recipe_layout: bool = False  # pp_layout:set_layout(cfg.model): the recipe's default layout (moe_rows)
     layout: str | None = None  # Megatron's pipeline layout ('Et*4|(t*4|)*14tmL'), expanded: chunks split by '|'
     features: dict[str, Any] = field(default_factory=dict)
+    mla: dict[str, int] = field(default_factory=dict)  # Megatron's MLA flags (--multi-latent-attention: "on")
     dropout: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
@@ -787,6 +788,38 @@ def _skip(category: str, detail: str) -> Action:
     def act(m: re.Match[str], st: _Settings) -> None:
         raise RowSkip(category, f"{detail} ('{m.string}')")
     return act
+
+
+_MLA_FLAGS = {"q-lora-rank": "q_lora_rank", "kv-lora-rank": "kv_lora_rank", "qk-head-dim": "qk_head_dim",
+              "qk-pos-emb-head-dim": "qk_rope_dim", "v-head-dim": "v_head_size"}
+MEGATRON_MLA_DEFAULTS = {"q_lora_rank": 0, "kv_lora_rank": 32, "qk_head_dim": 128, "qk_rope_dim": 64,
+                         "v_head_size": 128}
+"""Megatron-LM's multi-latent-attention flag defaults (megatron/training/arguments.py: --q-lora-rank None, i.e. no
+query compression, --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64, --v-head-dim 128)."""
+
+
+def _mla(m: re.Match[str], st: _Settings) -> None:
+    """Megatron's multi-latent attention flags, kept for _mla_keys: --multi-latent-attention and its sizes."""
+    if m.group(1) is None:
+        st.mla["on"] = 1
+    else:
+        st.mla[_MLA_FLAGS[m.group(1)]] = int(m.group(2))
+
+
+def _mla_keys(st: _Settings, notes: dict[str, str]) -> dict[str, int]:
+    """The model keys of Megatron's MLA flags (head_size = qk-head-dim + qk-pos-emb-head-dim: the query/key head
+    with its RoPE part); {} without --multi-latent-attention (the size flags are then inert)."""
+    if not st.mla.get("on"):
+        if st.mla:
+            notes["mla"] = "MLA size flags without --multi-latent-attention: inert in Megatron"
+        return {}
+    got = {k: st.mla.get(k, v) for k, v in MEGATRON_MLA_DEFAULTS.items()}
+    unstated = [k for k in MEGATRON_MLA_DEFAULTS if k not in st.mla]
+    if unstated:
+        notes["mla"] = f"not stated: Megatron's defaults for {', '.join(unstated)}"
+    return {"kv_lora_rank": got["kv_lora_rank"], "q_lora_rank": got["q_lora_rank"],
+            "head_size": got["qk_head_dim"] + got["qk_rope_dim"], "qk_rope_dim": got["qk_rope_dim"],
+            "v_head_size": got["v_head_size"]}
 
 
 def _ok(m: re.Match[str], st: _Settings) -> None:
@@ -905,8 +938,8 @@ _RULES: list[tuple[str, Action]] = [
     (r"(hidden|attention)-dropout\s*=\s*([\d.]+)", _dropout),
     (r"qk-layernorm(?:\s*=\s*(true|false))?", _feature("qk_norm", True)),
     (r"kv-channels\s*=\s*\d+", _ok),  # checked against hidden / heads in _row_job
-    (r"multi-latent-attention\s*=\s*true|(?:q|kv)-lora-rank.*|qk-head-dim.*|qk-pos-emb-head-dim.*|v-head-dim.*",
-     _skip(ARCH_MODELLED, "multi-latent attention (MLA)")),
+    (r"multi-latent-attention(?:\s*=\s*true)?|(q-lora-rank|kv-lora-rank|qk-head-dim|qk-pos-emb-head-dim|"
+     r"v-head-dim)\s*=\s*(\d+)", _mla),
     # read by moe_rows (a MoE row that maps); grouped GEMMs and the router's dtype change kernels, not storage
     (r"(?:num-experts|moe-router-topk|moe-ffn-hidden-size|moe-token-dispatcher-type|"
      r"moe-shared-expert-intermediate-size)\s*=\s*\w+|moe-layer-freq\s*=.*|"
@@ -1040,7 +1073,7 @@ def _row_job(row: dict[str, str]) -> RowJob:
             row = {**row, "ffn_hidden": str(fields["expert_ffn"])}  # model.ffn sizes no layer: every MLP is MoE
             notes["ffn"] = "not stated: every layer is a mixture of experts (no dense MLP to size)"
     settings = _settings(_cell(row, "other_settings"))
-    model = {**_model(row, arch, settings, notes, frozenset(routed)), **routed}
+    model = {**_model(row, arch, settings, notes, frozenset(routed)), **routed, **_mla_keys(settings, notes)}
     cluster = _cluster(row, n_gpus, notes)
     if isinstance(cluster, str):
         raise RowSkip("GPU or cluster not expressible", cluster)
@@ -1172,7 +1205,7 @@ def _row_job(row: dict[str, str]) -> RowJob:
         model["attention"] = _attention_backend(settings, notes) or _attention(row, notes)
         _framework_tensors(row, model, sp, notes)
         kv_channels = re.search(r"kv-channels\s*=\s*(\d+)", _cell(row, "other_settings").lower())
-        if kv_channels and int(kv_channels.group(1)) * model["heads"] != model["hidden"]:
+        if kv_channels and int(kv_channels.group(1)) * model["heads"] != model["hidden"] and "kv_lora_rank" not in model:
             raise RowSkip(ARCH_MODELLED, f"kv-channels={kv_channels.group(1)}: head size other than hidden / heads")
     if settings.notes:
         notes["settings"] = "; ".join(dict.fromkeys(settings.notes))

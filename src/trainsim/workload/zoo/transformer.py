@@ -178,10 +178,10 @@ def _mla_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
     attention runs over head_size query/key and v_head_size value dims; the output projection reads heads x
     v_head_size. The down projections are not split over tp (Megatron-Core keeps them 'duplicated'), the up
     projections split their heads as QKV does. The key-value down projection reads the layer input the query's
-    keeps (saved once). Fused attention kernels only (their FLOPs: 2 x (head_size + v_head_size) per score)."""
-    if impl == "unfused":
-        raise ConfigError("model.attention", "multi-latent attention is modelled with fused attention kernels only",
-                          "set model.attention to flash, flash3 or cudnn")
+    keeps (saved once). A fused kernel does 2 x (head_size + v_head_size) FLOPs per score; the unfused chain
+    (Megatron's attention-backend unfused) runs the same two batched GEMMs around a materialised softmax and keeps
+    what its backward reads: each head's query and key (the shared rope key copied into every head), the values
+    and the probabilities (`_mla_unfused_core`)."""
     a, h, dq, rope = cfg.heads, cfg.hidden, cfg.head_dim, cfg.qk_rope_dim
     dv = cfg.v_head_size or dq
     ql, kc = cfg.q_lora_rank, cfg.kv_lora_rank
@@ -214,19 +214,62 @@ def _mla_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
         Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "o": o}, (("b", "s", "o"),), ("b", "s", "o"),
            flops_per_point=3.0 * (a + 1) * rope / o, traffic=(a + 1) * rope / o,
            input_from=("q_up" if ql else "q_proj",)),
+    ]
+    core = {"b": b, "s": s, "t": s, "a": a, "d": dq, "o": o, "kv": ko, "vo": vo}
+    if impl == "unfused":
+        ops += _mla_unfused_core(cfg, core, dq, dv, ko // a)
+    else:
         # scores over head_size, values over v_head_size: 2 x (head_size + v_head_size) FLOPs per score; the
         # kernel keeps the queries, the keys (each head's no-RoPE part and the shared rope key) and the values
-        Op("attention", OpKind.ATTENTION, {"b": b, "s": s, "t": s, "a": a, "d": dq, "o": o, "kv": ko, "vo": vo},
-           (("b", "s", "o"), ("b", "t", "kv")), ("b", "s", "vo"), input_from=(None, "kv_up"),
-           flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0 * (dq + dv) / dq, causal=cfg.causal,
-           saved=(SavedTensor("q", ("b", "s", "o")), SavedTensor("kv", ("b", "t", "kv"), 2.0 * (dq + dv) / (ko // a)),
-                  SavedTensor("lse", ("b", "a", "s"), 4.0, selective_drop=True)),
-           selective_recompute=True, bwd_flops_factor=2.0, kernel=impl),
+        ops.append(Op(
+            "attention", OpKind.ATTENTION, core, (("b", "s", "o"), ("b", "t", "kv")), ("b", "s", "vo"),
+            input_from=(None, "kv_up"), flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0 * (dq + dv) / dq,
+            causal=cfg.causal,
+            saved=(SavedTensor("q", ("b", "s", "o")), SavedTensor("kv", ("b", "t", "kv"), 2.0 * (dq + dv) / (ko // a)),
+                   SavedTensor("lse", ("b", "a", "s"), 4.0, selective_drop=True)),
+            selective_recompute=True, bwd_flops_factor=2.0, kernel=impl))
+    ops += [
         Op("proj", OpKind.MATMUL, {"b": b, "s": s, "vo": vo, "h": h}, (("b", "s", "vo"),), ("b", "s", "h"),
            weight=("h", "vo"), extra_params=h if cfg.has_out_bias else 0,
            saved=(SavedTensor("input", ("b", "s", "vo")),)),
     ]
     return ops
+
+
+def _mla_unfused_core(cfg: TransformerConfig, core: dict[str, int], dq: int, dv: int, per_head: int) -> list[Op]:
+    """Multi-latent attention's core on the unfused chain: scores (2 x head_size FLOPs each), the softmax (and
+    dropout) over the materialised (a x s x t) matrix, the context (2 x v_head_size FLOPs per score). The key-value
+    up projection's output holds `per_head` = head_size - qk_rope_dim + v_head_size values per head; the scores keep
+    the queries and the heads' keys (head_size each, the rope key copied in), the context the probabilities and
+    the values (v_head_size each)."""
+    b, a, s = core["b"], core["a"], core["s"]
+    probs = {"b": b, "a": a, "s": s, "t": s}
+    ops = [
+        Op("scores", OpKind.BMM, core, (("b", "s", "o"), ("b", "t", "kv")), ("b", "a", "s", "t"),
+           input_from=(None, "kv_up"), flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0, causal=cfg.causal,
+           saved=(SavedTensor("q", ("b", "s", "o")), SavedTensor("k", ("b", "t", "kv"), 2.0 * dq / per_head)),
+           selective_recompute=True),
+        Op("softmax", OpKind.SOFTMAX, probs, (("b", "a", "s", "t"),), ("b", "a", "s", "t"),
+           flops_per_point=SOFTMAX_FLOPS_PER_ELEM, causal=cfg.causal,
+           saved=(SavedTensor("probs", ("b", "a", "s", "t"), 2.0, selective_drop=True),), selective_recompute=True),
+    ]
+    if cfg.dropout:
+        ops.append(Op("attn_dropout", OpKind.ELEMENTWISE, probs, (("b", "a", "s", "t"),), ("b", "a", "s", "t"),
+                      flops_per_point=1.0, saved=(SavedTensor("mask", ("b", "a", "s", "t"), 1.0, selective_drop=True),),
+                      selective_recompute=True))
+    ops.append(Op("context", OpKind.BMM, core, (("b", "a", "s", "t"), ("b", "t", "kv")), ("b", "s", "vo"),
+                  input_from=(None, "kv_up"), flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0 * dv / dq,
+                  causal=cfg.causal,
+                  saved=(*_dropped_probs(cfg), SavedTensor("v", ("b", "t", "kv"), 2.0 * dv / per_head)),
+                  selective_recompute=True))
+    return ops
+
+
+def _dropped_probs(cfg: TransformerConfig) -> tuple[SavedTensor, ...]:
+    """What the context GEMM keeps of the probabilities beside what the softmax keeps: with attention dropout its
+    input is the dropout's output, a tensor of its own; without, it is the softmax's output, already kept (autograd
+    saves one tensor once)."""
+    return (SavedTensor("probs", ("b", "a", "s", "t"), 2.0, selective_drop=True),) if cfg.dropout else ()
 
 
 def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str, window: int = 0) -> list[Op]:
@@ -285,8 +328,7 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str, window: in
         ops.append(Op("context", OpKind.BMM, core, (("b", "a", "s", "t"), ("b", "t", "kv")), ("b", "s", "o"),
                       input_from=(None, qkv_src),
                       flop_dims=("b", "a", "s", "t", "d"), flops_per_point=2.0, causal=cfg.causal,
-                      saved=(SavedTensor("probs", ("b", "a", "s", "t"), 2.0, selective_drop=True),
-                             SavedTensor("v", ("b", "t", "kv"))),
+                      saved=(*_dropped_probs(cfg), SavedTensor("v", ("b", "t", "kv"))),
                       selective_recompute=True))
     ops.append(Op("proj", OpKind.MATMUL, {"b": b, "s": s, "o": o, "h": h}, (("b", "s", "o"),),
                   ("b", "s", "h"), weight=("h", "o"), extra_params=h if cfg.has_out_bias else 0,
