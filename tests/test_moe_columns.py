@@ -533,19 +533,20 @@ def _shared_row(case_id: str) -> dict[str, str]:
 
 def test_a_named_model_without_its_columns_takes_its_published_config() -> None:
     """Nemotron 3 Super's rows state no architecture; its published config gives it (LatentMoE 1024, 512 experts
-    top-22, 40 Mamba2 + 40 MoE + 8 attention layers, one MTP module). Their order is not in the sources read, which
-    changes nothing on one pipeline stage and is refused on several."""
+    top-22, 40 Mamba2 + 40 MoE + 8 attention layers in their published order, one MTP module), on one pipeline
+    stage or several."""
     from trainsim.validate.moe_rows import published_architecture
+    from trainsim.workload.zoo.transformer import SUPER_PATTERN
 
     row = _shared_row("MBRIDGE-013")
     rj = tr.row_job(row)
     assert not isinstance(rj, str), rj
     m = rj.job["model"]
     assert (m["moe_latent"], m["experts"], m["top_k"], m["layers"], m["mtp_layers"]) == (1024, 512, 22, 88, 1)
-    assert sorted(m["layer_pattern"]) == sorted("M" * 40 + "E" * 40 + "*" * 8)
+    assert m["layer_pattern"] == SUPER_PATTERN and sorted(SUPER_PATTERN) == sorted("M" * 40 + "E" * 40 + "*" * 8)
     assert "published config" in rj.assumptions["published_architecture"]
     got = published_architecture({**row, "pp": "4"})
-    assert isinstance(got, str) and "layer order" in got
+    assert isinstance(got, tuple) and got[0]["moe_layer_freq"].endswith(SUPER_PATTERN)
     assert published_architecture({**row, "model_name": "Nemotron 3 Ultra (550B-A55B)"}) is None
 
 
@@ -599,3 +600,42 @@ def test_a_row_with_the_recipes_default_layout_and_recompute_maps() -> None:
     assert rj.job["model"]["mtp_layers"] == 1
     unknown = tr.row_job(training_row(**{**cells, "pp": "2", "vpp": "8", "dp": "128"}))
     assert isinstance(unknown, str) and "no default layout for pp 2, vpp 8" in unknown
+
+
+def _hf_model_of(data: dict[str, Any], seq: int) -> Any:
+    import json
+    import tempfile
+
+    from trainsim.workload.hf import build_hf_model
+
+    path = Path(tempfile.mkdtemp()) / "config.json"
+    path.write_text(json.dumps(data))
+    return build_hf_model(path, 2, seq)
+
+
+def test_llama4_and_nemotron_3_super_presets_are_their_published_configs() -> None:
+    """Llama 4 Maverick's published text_config, Scout's (16 experts on every layer, QK-norm) and Nemotron 3 Super's
+    sizes with its published 88-layer order, read by --hf-config, build the presets op for op."""
+    import json
+
+    from trainsim.workload.zoo.transformer import SUPER_PATTERN
+
+    hf_dir = Path(__file__).parent / "data" / "hf"
+    mav = json.loads((hf_dir / "llama-4-maverick-17b-128e.json").read_text())
+    scout = {**mav, "text_config": {**mav["text_config"], "num_local_experts": 16, "interleave_moe_layer_step": 1,
+                                    "use_qk_norm": True}}
+    nano = json.loads((hf_dir / "nemotron-3-nano-30b-a3b.json").read_text())
+    sup = {**nano, "hidden_size": 4096, "num_hidden_layers": 88, "hybrid_override_pattern": SUPER_PATTERN,
+           "mamba_num_heads": 128, "n_routed_experts": 512, "num_experts_per_tok": 22, "moe_intermediate_size": 2688,
+           "moe_latent_size": 1024, "moe_shared_expert_intermediate_size": 5376, "num_nextn_predict_layers": 1,
+           "mtp_hybrid_override_pattern": "*E", "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+           "intermediate_size": 2688}
+    assert len(SUPER_PATTERN) == 88 and [i for i, c in enumerate(SUPER_PATTERN) if c == "*"] == \
+        [7, 16, 25, 36, 47, 58, 69, 78]
+    for preset, data in (("llama4-maverick", mav), ("llama4-scout", scout), ("nemotron-3-super", sup)):
+        zoo, hf = build_model(preset, 2, 4096), _hf_model_of(data, 4096)
+        assert (zoo.params, zoo.active_params) == (hf.params, hf.active_params), preset
+        assert [[(op.name, op.fwd_flops()) for op in lay.ops] for lay in zoo.layers] == \
+            [[(op.name, op.fwd_flops()) for op in lay.ops] for lay in hf.layers], preset
+    assert build_model("llama4-maverick", 1).params == pytest.approx(400e9, rel=0.01)  # Meta: 400B, 17B active
+    assert build_model("llama4-scout", 1).active_params == pytest.approx(17e9, rel=0.02)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..workload.zoo.transformer import SUPER_PATTERN
+
 MEGATRON_DEFAULT_TOP_K = 2
 """--moe-router-topk's default (megatron/training/arguments.py)."""
 
@@ -77,17 +79,18 @@ PUBLISHED_ARCHITECTURES: dict[str, tuple[dict[str, str], dict[str, Any], str]] =
     # nvidia/NVIDIA-Nemotron-3-Super-120B-A12B's config.json (model_type nemotron_h; its values as quoted in public
     # code): 88 layers, 40 Mamba2 mixers (128 heads x 64, state 128, 8 groups, chunk 128), 40 LatentMoE MLPs (512
     # experts of 2688 top-22 in a latent width of 1024, a shared expert of 5376, squared ReLU), 8 GQA layers (32
-    # heads of 128, 2 kv heads), vocab 131072, one multi-token-prediction module (attention + MoE)
+    # heads of 128, 2 kv heads), vocab 131072, one multi-token-prediction module (attention + MoE); the layer order
+    # is the zoo's SUPER_PATTERN (public Megatron launch scripts' --hybrid-override-pattern)
     "nemotron 3 super": (
         {"n_layers": "88", "hidden": "4096", "n_heads": "32", "n_kv_heads": "2", "head_dim": "128",
          "ffn_hidden": "2688", "vocab": "131072", "n_experts": "512", "top_k": "22", "moe_ffn_hidden": "2688",
-         "n_shared_experts": "1", "moe_layer_freq": "hybrid pattern " + "ME" * 40 + "*" * 8,
+         "n_shared_experts": "1", "moe_layer_freq": "hybrid pattern " + SUPER_PATTERN,
          "attention": "GQA in 8 attention layers; other mixers are Mamba2 (128 heads x 64, state 128)",
          "notes": "shared expert intermediate 5376", "arch": "hybrid Mamba2 + LatentMoE (squared ReLU)"},
         {"moe_latent": 1024, "mtp_layers": 1},
         "its published config (nvidia/NVIDIA-Nemotron-3-Super-120B-A12B): 88 layers (40 Mamba2, 40 LatentMoE, 8 "
-        "attention; their order, not read, changes nothing on one pipeline stage), 512 experts of 2688 top-22 in a "
-        "latent width of 1024 beside a shared expert of 5376, one MTP module"),
+        "attention, in its published order), 512 experts of 2688 top-22 in a latent width of 1024 beside a shared "
+        "expert of 5376, one MTP module"),
 }
 """Architectures a row names but does not state in its columns (moe_runs.md: 'map them too where their published
 configs give the shapes'): model name (lower case, its start) -> (the columns to fill, model keys beyond the
@@ -102,8 +105,6 @@ def published_architecture(row: dict[str, str]) -> tuple[dict[str, str], dict[st
     if key is None or row.get("n_experts", "").strip():
         return None
     cells, fields, note = PUBLISHED_ARCHITECTURES[key]
-    if (_int_cell(row, "pp") or 1) > 1:
-        return "its published layer order (not in the sources read) places the layers of a pipeline (pp > 1)"
     return {**row, **cells}, dict(fields), note
 
 

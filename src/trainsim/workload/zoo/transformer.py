@@ -750,6 +750,13 @@ _MLA = {"head_size": 192, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_dim
 """DeepSeek-V3's (and Kimi K2's) multi-latent attention: query and key-value ranks, decoupled RoPE dims."""
 _NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
 """Nemotron 3 Nano's 52 layers: 23 Mamba2 mixers, 23 MoE MLPs, 6 attention layers (its hybrid_override_pattern)."""
+SUPER_PATTERN = "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+"""Nemotron 3 Super's 88 layers: 40 Mamba2 mixers, 40 LatentMoE MLPs, attention at 7, 16, 25, 36, 47, 58, 69 and 78
+(the --hybrid-override-pattern of public Megatron launch scripts for NVIDIA-Nemotron-3-Super-120B-A12B, the same as
+its checkpoint's layers_block_type as quoted in public conversion tests)."""
+_LLAMA4 = {"head_size": 128, "top_k": 1, "expert_ffn": 8192, "shared_expert_ffn": 8192}
+"""Llama 4's text model (meta-llama Llama-4-Scout-17B-16E / Maverick-17B-128E text_config): GQA 40 heads of 128 over
+8 kv heads, one routed expert of 8192 per token beside a shared expert of 8192."""
 
 
 _MEG = "Megatron-LM SC'21 Table 1 (Narayanan et al.), vocab 51200"
@@ -821,6 +828,19 @@ TRANSFORMERS: dict[str, TransformerConfig] = {c.name: c for c in [
                    "shared 3712, squared ReLU), 6 attention layers", family="nemotron", head_size=128, experts=128,
                    top_k=6, expert_ffn=1856, shared_expert_ffn=3712, layer_pattern=_NANO_PATTERN, mamba_heads=64,
                    mamba_head_dim=64, mamba_state=128, mamba_groups=8, mamba_chunk=128), mlp="relu2"),
+    replace(_llama("nemotron-3-super", 88, 4096, 32, 2, 2688, 131072, 8192,
+                   "Nemotron 3 Super 120.7B-A12.8B (NVIDIA 2026): hybrid Mamba2 + LatentMoE (512 experts of 2688 "
+                   "top-22 in a 1024 latent + a shared 5376, squared ReLU), 8 attention layers, 1 MTP module",
+                   family="nemotron", head_size=128, experts=512, top_k=22, expert_ffn=2688, shared_expert_ffn=5376,
+                   moe_latent=1024, layer_pattern=SUPER_PATTERN, mamba_heads=128, mamba_head_dim=64, mamba_state=128,
+                   mamba_groups=8, mamba_chunk=128, mtp_layers=1), mlp="relu2"),
+    _llama("llama4-scout", 48, 5120, 40, 8, 8192, 202048, 8192,
+           "Llama 4 Scout 107.8B-A17B text model (Meta 2025): 16 experts top-1 + a shared expert on every layer, "
+           "QK-norm (the vision tower not modelled)", family="llama4", experts=16, qk_norm=True, **_LLAMA4),
+    _llama("llama4-maverick", 96, 5120, 40, 8, 16384, 202048, 8192,
+           "Llama 4 Maverick 400.7B-A17.2B text model (Meta 2025): 128 experts top-1 + a shared expert on every "
+           "other layer, dense MLPs of 16384 between (the vision tower not modelled)", family="llama4", experts=128,
+           layer_pattern="*-*E" * 24, **_LLAMA4),
     TransformerConfig("bert-base", "bert", 12, 768, 12, 3072, 30522, 512, causal=False, max_positions=512,
                       description="BERT-base 110M (Devlin et al. 2019), encoder, seq 512"),
     TransformerConfig("bert-large", "bert", 24, 1024, 16, 4096, 30522, 512, causal=False, max_positions=512,
