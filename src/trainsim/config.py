@@ -132,6 +132,14 @@ class ModelSpec(_Strict):
     moe_latent: int | None = Field(None, ge=1, le=MAX_HIDDEN, description="LatentMoE (Nemotron 3 Super, Megatron "
                                    "--moe-latent-size): the routed experts' width; tokens are projected from hidden "
                                    "to it before dispatch and back after combine")
+    moe_imbalance: float | None = Field(None, ge=1.0, le=1000.0, description="mixture of experts: the busiest "
+                                        "expert's routed tokens over the mean (default 1: balanced routing, as "
+                                        "the published benchmarks force it); every rank is priced as the busiest")
+    moe_capacity_factor: float | None = Field(None, gt=0.0, le=1000.0, description="Megatron "
+                                              "--moe-expert-capacity-factor: an expert takes at most this times the "
+                                              "mean tokens, the rest dropped (default: dropless)")
+    moe_pad_to_capacity: bool | None = Field(None, description="Megatron --moe-pad-expert-input-to-capacity: "
+                                             "every expert computes its full capacity (needs moe_capacity_factor)")
     first_dense_layers: int | None = Field(None, ge=0, le=MAX_LAYERS, description="a MoE model's first layers "
                                            "keep a dense MLP of model.ffn features (DeepSeek-V3's "
                                            "first_k_dense_replace, Megatron --moe-layer-freq [0]*k+[1]*n)")

@@ -555,7 +555,7 @@ class _Lowerer:
         else:
             flops = op.fwd_flops(local)
         contraction = op.kind in CONTRACTION_KINDS
-        model = flops if contraction and phase != "recompute" else 0.0
+        model = flops * op.useful if contraction and phase != "recompute" else 0.0
         hw = flops if contraction else 0.0
         cat = "recompute" if phase == "recompute" else "compute"
         return Step(f"{layer}.{op.name}", "compute", Stream.COMPUTE, cat, layer, op=op, local=local, phase=phase,

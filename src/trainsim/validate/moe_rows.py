@@ -17,7 +17,9 @@ Multi-token-prediction layers (--mtp-num-layers) map to model.mtp_layers (traini
 --moe-router-topk defaults to 2 (Megatron's arguments.py).
 
 Megatron routes droplessly by default (no --moe-expert-capacity-factor): each expert's tokens are the mean,
-tokens * top_k / experts (trainsim's capacity factor 1). The token dispatcher (allgather, Megatron's default, or
+tokens * top_k / experts, under the balanced routing the benchmarks force (model.moe_imbalance 1, its default); a
+stated capacity factor (and --moe-pad-expert-input-to-capacity) maps to model.moe_capacity_factor (and
+moe_pad_to_capacity). The token dispatcher (allgather, Megatron's default, or
 alltoall) changes the communication, not what is saved for backward: both hand each expert its permuted
 tokens, which expert_fc1 keeps.
 """
@@ -33,7 +35,6 @@ MEGATRON_DEFAULT_TOP_K = 2
 """--moe-router-topk's default (megatron/training/arguments.py)."""
 
 _BLOCKERS: tuple[tuple[str, str], ...] = (
-    (r"moe-expert-capacity-factor\s*=", "a token capacity per expert (dropping)"),
 )
 
 
@@ -54,6 +55,11 @@ def moe_model_fields(settings: str, framework: str) -> dict[str, Any] | str:
     ffn = re.search(r"moe-ffn-hidden-size\s*=\s*(\d+)", text)
     if ffn:
         out["expert_ffn"] = int(ffn.group(1))
+    capacity = re.search(r"moe-expert-capacity-factor\s*=\s*([\d.]+)", text)
+    if capacity and float(capacity.group(1)) > 0:  # Megatron: a capacity per expert, tokens beyond it dropped
+        out["moe_capacity_factor"] = float(capacity.group(1))
+        if re.search(r"moe-pad-expert-input-to-capacity(?:\s*=\s*true)?(?:;|$|\s)", text + ";"):
+            out["moe_pad_to_capacity"] = True
     shared = re.search(r"moe-shared-expert-intermediate-size\s*=\s*(\d+)", text)
     if shared and int(shared.group(1)):
         out["shared_expert_ffn"] = int(shared.group(1))
@@ -145,6 +151,13 @@ def moe_column_fields(row: dict[str, str]) -> dict[str, Any] | str | None:
         if isinstance(hybrid, str):
             return hybrid
         out.update(hybrid)
+    capacity = _cells(row, "capacity_factor")
+    if factor := re.search(r"capacity factor\s*([\d.]+)", capacity):
+        if not re.search(r"token[- ]drop", capacity):
+            return f"capacity factor without token dropping ('{capacity}')"
+        out["moe_capacity_factor"] = float(factor.group(1))
+        if re.search(r"with padding|padded", capacity):
+            out["moe_pad_to_capacity"] = True
     dense = _int_cell(row, "first_k_dense") or 0
     freq = "" if "layer_pattern" in out else _cells(row, "moe_layer_freq")
     pattern = re.fullmatch(r"\(?\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*(\d+)\)?", freq)

@@ -89,6 +89,9 @@ class Op:
     frozen: bool = False
     adapter_params: int = 0
     nf4_fraction: float = 0.0
+    # the share of its FLOPs that are model FLOPs (MFU's): a routed expert priced at the busiest rank's load
+    # (model.moe_imbalance, capacity padding) counts the mean's
+    useful: float = 1.0
 
     def size(self, dims: tuple[str, ...], local: Mapping[str, int] | None = None) -> int:
         sizes = local if local is not None else self.dims
@@ -261,7 +264,7 @@ class Model:
         for layer in self.layers:
             for op in layer.ops:
                 if op.kind in CONTRACTION_KINDS:
-                    total += op.fwd_flops()
+                    total += op.fwd_flops() * op.useful
         return total / self.batch_size_in_graph
 
     @property

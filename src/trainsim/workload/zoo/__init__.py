@@ -79,10 +79,14 @@ def _check_heads(cfg: TransformerConfig, given: dict[str, int | None], features:
     if (cfg.experts and cfg.top_k > cfg.experts) or (not cfg.experts and (features or {}).get("top_k") is not None):
         raise ConfigError("model.top_k", f"routes each token to {cfg.top_k} of {cfg.experts} experts",
                           "set model.experts (a mixture of experts) with top_k at most the experts")
-    for key in ("expert_ffn", "shared_expert_ffn", "first_dense_layers"):
+    for key in ("expert_ffn", "shared_expert_ffn", "first_dense_layers", "moe_imbalance", "moe_capacity_factor",
+                "moe_pad_to_capacity"):
         if not cfg.experts and (features or {}).get(key):
             raise ConfigError(f"model.{key}", "only applies to a mixture of experts",
                               "set model.experts, or drop it")
+    if cfg.moe_pad_to_capacity and not cfg.moe_capacity_factor:
+        raise ConfigError("model.moe_pad_to_capacity", "pads each expert's tokens to a capacity the model does not set",
+                          "set model.moe_capacity_factor, or drop it")
     if not cfg.kv_lora_rank:
         for key in ("q_lora_rank", "qk_rope_dim", "v_head_size"):
             if getattr(cfg, key):

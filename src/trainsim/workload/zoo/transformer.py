@@ -40,7 +40,8 @@ FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "ke
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
             "sliding_window", "window_layers", "attention_sinks", "mtp_layers", "layer_pattern", "mamba_heads",
-            "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk", "moe_latent")
+            "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk", "moe_latent", "moe_imbalance",
+            "moe_capacity_factor", "moe_pad_to_capacity")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -81,7 +82,13 @@ class TransformerConfig:
     lora_targets: tuple[str, ...] = ("q", "v")
     lora_base: str = "bf16"
     top_k: int = 2
-    capacity_factor: float = 1.0
+    # routed load (_expert_load): the busiest expert's tokens over the mean (1: balanced routing, what the published
+    # benchmarks force with Megatron's --moe-router-force-load-balancing); every rank is priced as the busiest, which
+    # the others wait for. moe_capacity_factor (Megatron --moe-expert-capacity-factor; 0: dropless) caps an expert at
+    # that times the mean, the rest dropped; moe_pad_to_capacity (--moe-pad-expert-input-to-capacity) fills it up
+    moe_imbalance: float = 1.0
+    moe_capacity_factor: float = 0.0
+    moe_pad_to_capacity: bool = False
     max_positions: int | None = None
     description: str = ""
     # Finer-grained features (imported Hugging Face configs); the defaults reproduce the built-in zoo.
@@ -393,7 +400,9 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     f, e = cfg.expert_ffn or cfg.ffn, cfg.experts
     h = cfg.moe_latent or cfg.hidden  # the width the experts and the dispatch work in
     f2 = 2 * f if cfg.gated else f
-    c = max(1, int(round(b * s * cfg.top_k * cfg.capacity_factor / e)))
+    load = _expert_load(cfg)
+    c = max(1, int(round(b * s * cfg.top_k * load / e)))
+    useful = 1.0 if load == 1.0 else b * s * cfg.top_k / (c * e)  # the mean's share of the busiest expert's work
     tok = {"b": b, "s": s, "h": h}
     ex = {"e": e, "c": c, "h": h}
     hid = {"b": b, "s": s, "h": cfg.hidden}
@@ -408,17 +417,25 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
         Op("dispatch", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("b", "s", "h"),), ("e", "c", "h"),
            flops_per_point=0.0, saved=(SavedTensor("routing", ("b", "s", "e"), 4.0),)),
         Op("expert_fc1", OpKind.MATMUL, {**ex, "f2": f2}, (("e", "c", "h"),), ("e", "c", "f2"),
-           weight=("e", "f2", "h"), saved=(SavedTensor("input", ("e", "c", "h")),)),
+           weight=("e", "f2", "h"), saved=(SavedTensor("input", ("e", "c", "h")),), useful=useful),
         Op("expert_act", OpKind.ELEMENTWISE, {"e": e, "c": c, "f": f, "f2": f2}, (("e", "c", "f2"),),
            ("e", "c", "f"), flops_per_point=ACT_FLOPS_PER_ELEM[cfg.mlp],
            saved=(SavedTensor("input", ("e", "c", "f2")),)),
         Op("expert_fc2", OpKind.MATMUL, {**ex, "f": f}, (("e", "c", "f"),), ("e", "c", "h"),
-           weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),)),
+           weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),), useful=useful),
         Op("combine", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("e", "c", "h"),), ("b", "s", "h"),
            flops_per_point=0.0),
         *latent_up,
         *_shared_expert_ops(cfg, b, s),
     ]
+
+
+def _expert_load(cfg: TransformerConfig) -> float:
+    """Tokens the busiest expert computes over the mean, tokens x top_k / experts: the imbalance, capped by a capacity
+    factor (dropped beyond it), or the capacity itself where inputs are padded to it."""
+    if not cfg.moe_capacity_factor:
+        return cfg.moe_imbalance
+    return cfg.moe_capacity_factor if cfg.moe_pad_to_capacity else min(cfg.moe_imbalance, cfg.moe_capacity_factor)
 
 
 def _shared_expert_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
