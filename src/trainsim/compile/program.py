@@ -32,6 +32,7 @@ import numpy as np
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import NF4_BYTES_PER_PARAM, Precision
+from ..strategy.presets import EXPERT_OPS
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree, recompute_modules
 from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpKind, OpValues, SavedTensor
 from .layout import (
@@ -541,9 +542,12 @@ class _Lowerer:
                    for t in op.transient)
 
     def _collectives(self, steps: list[Step], src: Layout, dims: tuple[str, ...], split: Split,
-                     src_bytes: float, layer: str, phase: str, label: str) -> None:
+                     src_bytes: float, layer: str, phase: str, label: str, expert: bool = False) -> None:
+        """The collectives that take a tensor from `src` to `split`; `expert`: it enters or leaves the experts, so
+        an all-to-all is the token dispatch (category ep, whatever axes it crosses: cp where EP folds over it)."""
         for r in reshard(src, dims, split, self.mesh, src_bytes):
-            steps.append(Step(f"{label}:{r.collective}", "collective", Stream.FEATURE, _category(r.axes, False),
+            cat = "ep" if expert and r.collective == "all_to_all" else _category(r.axes, False)
+            steps.append(Step(f"{label}:{r.collective}", "collective", Stream.FEATURE, cat,
                               layer, phase=phase, collective=r.collective, axes=r.axes, size_bytes=r.size_bytes))
 
     def _compute(self, op: Op, split: Split, layer: str, phase: str, alloc: float = 0.0, free: float = 0.0) -> Step:
@@ -600,7 +604,9 @@ class _Lowerer:
                     full_in, full_out = op.size(dims), made_by.size(made_by.output)
                     if 0 < full_in < full_out:
                         size *= full_in / full_out
-                self._collectives(steps, src[0], dims, split, size, layer.name, phase, f"{layer.name}.{op.name}.in{i}")
+                expert = op.name in EXPERT_OPS or (made_by is not None and made_by.name in EXPERT_OPS)
+                self._collectives(steps, src[0], dims, split, size, layer.name, phase, f"{layer.name}.{op.name}.in{i}",
+                                  expert)
             kept, recomputed = self._saved(op, leaf, split, recompute, plan)
             if run:
                 if phase == "fwd":
@@ -640,7 +646,7 @@ class _Lowerer:
             split = leaf.ops.get(op.name, {})
             if grad is not None:
                 self._collectives(steps, grad[0], op.output, split, grad[1], layer.name, "bwd",
-                                  f"{layer.name}.{op.name}.dout")
+                                  f"{layer.name}.{op.name}.dout", op.name in EXPERT_OPS or op.name == "dispatch")
             kept, recomputed = self._saved(op, leaf, split, recompute, plan)
             free = kept + recomputed
             if recompute == "full" and k == 0 and prev is not None:

@@ -143,10 +143,11 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
         _require(p.ep % p.tp == 0, "ep", f"with etp 1 the experts spread over tp x ep ranks: ep={p.ep} must be a "
                  f"multiple of tp={p.tp}", f"use an ep that is a multiple of {p.tp}")
     if p.ep > 1:
-        carved = p.ep // _folded(p)  # the part of ep the data axis holds
+        carved = p.ep // _folded(p) // _over_cp(p)  # the part of ep the data axis holds
         what = f"ep={p.ep}" if carved == p.ep else f"ep / tp = {p.ep} / {p.tp} = {carved}"
         _require(p.dp % carved == 0, "ep", f"{what} must divide dp={p.dp} (experts are sharded inside the data "
-                 "axis)", "choose ep dividing dp" if carved == p.ep else "choose ep dividing dp x tp")
+                 "axis, or over all cp ranks and a part of it)", "choose ep dividing dp, or a multiple of cp dividing "
+                 "cp x dp" if carved == p.ep else "choose ep dividing dp x tp")
     blocks = [la for la in model.layers if la.kind == "transformer"]
     chunks = p.pp * p.vpp
     n_layers = len(blocks) or len(model.layers)
@@ -211,6 +212,16 @@ def _folded(p: ParallelSpec) -> int:
     return p.tp if p.etp == 1 and p.tp > 1 else 1
 
 
+def _over_cp(p: ParallelSpec) -> int:
+    """The cp ranks the experts fold over: all of them where the expert-parallel group does not fit in the data axis
+    but spans the context-parallel ranks and a part of the data axis (Megatron's MoE parallel folding forms EP from
+    consecutive ranks of cp x dp, cp first), else 1. Where it fits in the data axis it stays there."""
+    carved = p.ep // _folded(p)
+    if p.cp > 1 and carved > 1 and p.dp % carved and carved % p.cp == 0 and p.dp % (carved // p.cp) == 0:
+        return p.cp
+    return 1
+
+
 def _data_axes(expert: bool) -> tuple[str, ...]:
     return ("dp", "dr") if expert else ("ep", "dp", "dr")
 
@@ -228,8 +239,9 @@ def op_split(op: Op, p: ParallelSpec, batch_dim: str) -> Split:
         split["c"] = _data_axes(False) + ("cp",) + (("tp",) if p.sequence_parallel else ())
     folded = expert and _folded(p) > 1  # whole experts over tp x ep: their features stay unsplit
     if expert:
-        split["e"] = ("tp", "ep") if folded else ("ep",)
-        split["c"] = ("dp", "cp")
+        over_cp = _over_cp(p) > 1  # the experts over cp x ep, their tokens over what is left of the data axis
+        split["e"] = ("tp",) * folded + ("cp",) * over_cp + ("ep",)
+        split["c"] = ("dp",) if over_cp else ("dp", "cp")
     kv = int(op.dims.get("g", 0))
     for d in op.dims:
         if d in TP_DIMS and not (d in ("g", "kv") and kv and kv % p.tp != 0) and not folded:
@@ -293,7 +305,7 @@ def chunk_assignment(model: Model, chunks: int, counts: list[int] | None = None)
 def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     """Fill a strategy tree with the preset's configs (the general representation every later issue edits)."""
     validate_spec(model, p)
-    ep = p.ep // _folded(p)  # the part of ep carved from dp (the rest is tp, under folding)
+    ep = p.ep // _folded(p) // _over_cp(p)  # the part of ep carved from dp (the rest is tp or cp, folded)
     mesh = DeviceMesh(tp=p.tp, cp=p.cp, ep=ep, dp=p.dp // ep // p.dp_replicate, dr=p.dp_replicate, pp=p.pp)
     tree = StrategyTree.from_model(model, mesh, p.global_batch, p.micro_batch)
     tree.zero_stage = p.zero
