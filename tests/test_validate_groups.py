@@ -234,3 +234,40 @@ def test_calibrate_cv_bad_input_is_one_line(tmp_path: Path, capsys: pytest.Captu
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and field in err, (argv, err)
 
+
+
+def test_moe_files_are_grouped_by_model_and_gpu_unasked(tmp_path: Path) -> None:
+    """A file with expert columns (moe_runs.csv's format) reports its errors per model and per GPU without --by;
+    other training_runs files do not; --by replaces the defaults."""
+    import csv
+
+    from training_row import training_row
+
+    from trainsim.validate.training_runs import row_job
+
+    cols = {"n_experts": "8", "top_k": "2", "moe_ffn_hidden": "1024"}
+    rows = [training_row(case_id=f"r{i}", model_name=name, gpu=gpu, **cols)
+            for i, (name, gpu) in enumerate((("A", "H100 80GB"), ("A", "H100 80GB"), ("B", "H100 80GB")))]
+    assert not isinstance(row_job(rows[0]), str)
+    path = tmp_path / "moe.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "v.json"
+    assert _cli(["validate", str(path), "--json", str(out), "-q", "--jobs", "1"]) == 0
+    grouped = json.loads(out.read_text())["groups_by_column"]
+    assert sorted(grouped) == ["gpu", "model_name"]
+    assert {k: v["n"] for k, v in grouped["model_name"].items()} == {"A": 2, "B": 1}
+    assert [v["n"] for v in grouped["gpu"].values()] == [3]
+    assert _cli(["validate", str(path), "--json", str(out), "-q", "--jobs", "1", "--by", "model_name"]) == 0
+    data = json.loads(out.read_text())
+    assert "groups_by_column" not in data and data["group_by"] == ["model_name"]
+    plain = tmp_path / "dense.csv"
+    with plain.open("w", newline="") as fh:
+        dense = [{k: v for k, v in r.items() if k not in cols} for r in rows]
+        w = csv.DictWriter(fh, fieldnames=list(dense[0]))
+        w.writeheader()
+        w.writerows(dense)
+    assert _cli(["validate", str(plain), "--json", str(out), "-q", "--jobs", "1"]) == 0
+    assert "groups_by_column" not in json.loads(out.read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import signal
 import sys
@@ -380,6 +381,11 @@ def validate(
         label = runner.file_label(kind, cases)
         keys = {i: runner.group_key(r, by_cols, label) for i, r in zip(idx, rows, strict=True)}
         report.by, report.by_group = by_cols, runner.stats_by_group(report.outcomes, lambda o: keys[o.row])
+    elif defaults := runner.default_groupings(kind, header):  # moe_runs.csv: per model and per GPU, unasked
+        label = runner.file_label(kind, cases)
+        for col in defaults:
+            keys = {i: runner.group_key(r, [col], label) for i, r in zip(idx, rows, strict=True)}
+            report.default_groups[col] = runner.stats_by_group(report.outcomes, lambda o, k=keys: k[o.row])
     payloads: dict[OutputTarget | None, Payload] = {}
     if json_target is not None:
         payloads[json_target] = json_text(report.to_json(), "--json")
@@ -398,6 +404,9 @@ def validate(
         print_validation(report, show_all=all_rows)
     if by_cols and not outs.to_stdout:
         print_groups(report)
+    for col, stats in report.default_groups.items():
+        if not outs.to_stdout:
+            print_groups(dataclasses.replace(report, by=[col], by_group=stats))
     if max_mape is not None and not s["mape"] <= max_mape:
         print(f"MAPE {s['mape']:.2f}% is above --max-mape {max_mape:g}%", file=sys.stderr)
         raise typer.Exit(1)

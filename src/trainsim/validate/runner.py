@@ -34,6 +34,8 @@ class ValidationReport:
     groups: dict[str, dict[str, float]] = field(default_factory=dict)
     by: list[str] = field(default_factory=list)  # the --by columns, when rows are grouped
     by_group: dict[str, dict[str, Any]] = field(default_factory=dict)  # stats_by_group per --by value
+    # a file's own groupings, shown without --by (moe_runs.csv: per model and per GPU): column -> stats per value
+    default_groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     semantics: str | None = None  # ASTRA-sim reference files: the collective semantics predicted in
 
     def term_table(self) -> list[tuple[str, str, int, float, float]]:
@@ -111,6 +113,9 @@ class ValidationReport:
             **({"group_by": self.by, "group_bias": BIAS_MEANING,
                 "groups": {k: {kk: num(vv) if isinstance(vv, float) else vv for kk, vv in v.items()}
                            for k, v in self.by_group.items()}} if self.by else {}),
+            **({"groups_by_column": {col: {k: {kk: num(vv) if isinstance(vv, float) else vv for kk, vv in v.items()}
+                                           for k, v in stats.items()} for col, stats in self.default_groups.items()},
+                "group_bias": BIAS_MEANING} if self.default_groups else {}),
         }
 
 
@@ -287,6 +292,12 @@ FILE_COLUMN = "file"  # pseudo-column: the input file (vTrain's files have no so
 BIAS_MEANING = ("bias = mean signed % error oriented so that + means trainsim predicts faster than measured "
                 "(higher throughput / TFLOP/s / MFU, shorter time): throughput metrics keep the sign of "
                 "(predicted - measured) / measured, time metrics (iter_time_s, time_us) flip it")
+
+
+def default_groupings(kind: str, header: list[str]) -> list[str]:
+    """The columns a file's errors are grouped by when no --by is given: moe_runs.csv (training_runs format with
+    expert columns) per model and per GPU, as its README compares them; none for the others."""
+    return ["model_name", "gpu"] if kind == "training_runs" and {"n_experts", "moe_ffn_hidden"} <= set(header) else []
 
 
 def resolve_column(kind: str, header: list[str], name: str) -> str | None:
