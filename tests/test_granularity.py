@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, reject, settings
+from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 
 from trainsim.api import simulate
@@ -194,6 +194,7 @@ def _chain_graph(steps: list[Step], granularity: str, recv_s: float, send_s: flo
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_STEP, min_size=1, max_size=12), st.floats(0.0, 2e-3), st.floats(0.0, 1e-4))
+@example([(False, 0.0, 1e-09, False), (False, 0.0, 1e-09, False)], 0.0014255341616173623, 0.0)  # rounding, once
 def test_fused_chain_behind_a_receive_ends_when_its_ops_would(
         items: list[tuple[bool, float, float, bool]], recv_s: float, send_s: float) -> None:
     """A chain of compute ops and feature collectives (any may come first, as the all-gather of a
@@ -214,6 +215,7 @@ def test_fused_chain_behind_a_receive_ends_when_its_ops_would(
         g, send = _chain_graph(steps, gran, recv_s, send_s)
         tr = run(g, p2p_host_sync=True, bandwidth_sharing=False)
         ends[gran] = max(tr.end_s)
-        assert ends[gran] >= tr.end_s[send] + sum(s.host_s for s in steps) * (1 - 1e-12)
+        # (relative to the whole: the engine adds the host times one by one, the sum here at once)
+        assert ends[gran] >= (tr.end_s[send] + sum(s.host_s for s in steps)) * (1 - 1e-12)
     for gran in ("layer", "auto"):
         assert ends[gran] == pytest.approx(ends["op"], rel=1e-9, abs=1e-15)

@@ -52,7 +52,6 @@ def test_only_megatron_flags_map() -> None:
 @pytest.mark.parametrize(("settings", "reason"), [
     ("num-experts=8; moe-layer-freq=([1]*1+[0]*3)", "moe-layer-freq"),
     ("num-experts=8; moe-layer-freq=2", "moe-layer-freq"),
-    ("num-experts=8; moe-expert-capacity-factor=1.0", "token capacity"),
 ])
 def test_unrepresentable_moe_is_named(settings: str, reason: str) -> None:
     got = moe_model_fields(settings, "megatron_ci_golden")
