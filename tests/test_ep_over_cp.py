@@ -1,6 +1,7 @@
 """Expert parallelism folded over context parallelism (Megatron's MoE parallel folding: the EP group is formed from
 consecutive ranks of cp x dp, cp first): where ep does not fit in the data axis it spans every cp rank and a part of
-the data axis, the experts split over cp x ep and their tokens over what is left of the data axis."""
+the data axis, the experts split over cp x ep and their tokens over what is left of the data axis; and EP beside
+hybrid sharding (HSDP replicas)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,19 @@ def test_the_dispatch_over_cp_is_expert_parallel_traffic_and_halves_the_experts_
 def test_an_ep_neither_axis_holds_is_refused() -> None:
     with pytest.raises(trainsim.ConfigError, match=r"^strategy\.ep: ep=4 must divide dp=1"):
         trainsim.simulate(_job(cp=2, pp=2, ep=4, dp=1))
+
+
+def test_hybrid_sharding_with_expert_parallelism() -> None:
+    """HSDP replicas (Megatron's --num-distributed-optimizer-instances) beside EP: the experts' tokens split over the
+    replicas too (the step's work is the plain run's), the dense states shard over ep x dp only, so they double
+    against a sharding over the whole data axis when half of it replicates."""
+    base = {"model": {**MODEL, "experts": 8}, "cluster": {"name": "dgx-h100", "nodes": 1}}
+    st = {"tp": 2, "dp": 4, "ep": 2, "zero": 1, "global_batch": 32, "micro_batch": 4}
+    plain = trainsim.simulate({**base, "strategy": st})
+    hsdp = trainsim.simulate({**base, "strategy": {**st, "dp_replicate": 2}})
+    assert hsdp.breakdown["compute"] == pytest.approx(plain.breakdown["compute"], rel=1e-9)
+    assert hsdp.breakdown["ep"] == pytest.approx(plain.breakdown["ep"], rel=1e-9)
+    assert hsdp.memory[0].components_bytes["params"] == plain.memory[0].components_bytes["params"]
+    assert hsdp.memory[0].components_bytes["optimizer_states"] > plain.memory[0].components_bytes["optimizer_states"]
+    assert hsdp.memory[0].components_bytes["optimizer_states"] <= 2 * plain.memory[0].components_bytes[
+        "optimizer_states"] * (1 + 1e-9)

@@ -128,8 +128,6 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
         _require(p.dp % p.dp_replicate == 0 and p.dp > p.dp_replicate, "dp_replicate",
                  f"dp={p.dp} is not a multiple (> 1x) of dp_replicate={p.dp_replicate}",
                  "choose dp_replicate dividing dp, leaving a sharding group of 2 or more")
-        _require(p.ep == 1, "dp_replicate", "hybrid sharding with expert parallelism is not modelled",
-                 "use --ep 1 with --dp-replicate")
     if p.sequence_parallel:
         _require(p.tp > 1, "sequence_parallel", "sequence parallelism needs tp > 1", "set --tp > 1 or drop --sp")
     experts = int(hyper.get("experts", 0) or 0)
@@ -241,7 +239,7 @@ def op_split(op: Op, p: ParallelSpec, batch_dim: str) -> Split:
     if expert:
         over_cp = _over_cp(p) > 1  # the experts over cp x ep, their tokens over what is left of the data axis
         split["e"] = ("tp",) * folded + ("cp",) * over_cp + ("ep",)
-        split["c"] = ("dp",) if over_cp else ("dp", "cp")
+        split["c"] = ("dp",) + ("dr",) * (p.dp_replicate > 1) + ("cp",) * (not over_cp)
     kv = int(op.dims.get("g", 0))
     for d in op.dims:
         if d in TP_DIMS and not (d in ("g", "kv") and kv and kv % p.tp != 0) and not folded:
