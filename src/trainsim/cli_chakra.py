@@ -56,7 +56,7 @@ def export(
     global_batch: Annotated[int | None, Opt(help="global batch")] = None,
     seq_len: Annotated[int | None, Opt(help="sequence length (tokens)")] = None,
     layers: Annotated[int | None, Opt(help="override number of layers")] = None,
-    dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | tf32 | fp32")] = None,
+    dtype: Annotated[str | None, Opt(help="bf16 | fp16 | fp8 | fp4 | tf32 | fp32")] = None,
     granularity: Annotated[str, Opt(help="op (every collective a COMM node) | layer | auto (TP collectives fused "
                                     "into COMP nodes)")] = "op",
 ) -> None:

@@ -280,7 +280,7 @@ def _dtype(precision: str, gpu: str, notes: dict[str, str]) -> str:
     if "nvfp4" in p:
         notes["precision"] = (f"'{precision}': Transformer Engine's NVFP4 recipe, every weighted GEMM (forward, data "
                               "and weight gradients) at the FP4 tensor-core rate with its casts (row- and column-wise "
-                              "4-bit copies, E4M3 scales per 16); layers a recipe keeps in BF16 are not named: none")
+                              "4-bit copies, E4M3 scales per 16); a recipe's layers kept in BF16, if any, are priced in FP4 too")
         return "fp4"
     if re.search(r"mxfp4|\bfp4\b", p):
         raise RowSkip("precision not modelled", f"'{precision}': FP4 training other than NVFP4")
