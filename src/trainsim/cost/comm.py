@@ -342,6 +342,17 @@ def _all_to_all_bytes(size: float, n: int, k: int, multi_node: bool, remote_shar
     return intra, net
 
 
+def _missed(pool: float, held: float, top_k: int) -> float:
+    """Probability that top_k experts drawn uniformly without replacement from `pool` avoid the `held` ones of one
+    GPU or node: C(pool - held, top_k) / C(pool, top_k) as a product (0 when top_k exhausts the pool)."""
+    miss = 1.0
+    for i in range(top_k):
+        if pool - i <= 0:
+            return 0.0
+        miss *= max(0.0, (pool - held - i) / (pool - i))
+    return miss
+
+
 def two_hop_remote_share(experts: int, top_k: int, nodes: int, node_limit: int | None = None) -> float:
     """Cross-node bytes of a two-hop MoE dispatch over those of a direct all-to-all: a token routed to top_k of
     `experts` spread evenly over `nodes` nodes sends one copy per remote node it reaches instead of one per remote
@@ -356,11 +367,7 @@ def two_hop_remote_share(experts: int, top_k: int, nodes: int, node_limit: int |
     if node_limit is not None and node_limit < nodes:
         reached = node_limit * (nodes - 1) / nodes
     else:
-        per_node = experts / nodes
-        miss = 1.0
-        for i in range(top_k):  # C(E - E/N, K) / C(E, K) as a product
-            miss *= max(0.0, (experts - per_node - i) / (experts - i))
-        reached = (nodes - 1) * (1.0 - miss)
+        reached = (nodes - 1) * (1.0 - _missed(experts, experts / nodes, top_k))
     return min(1.0, reached / copies)
 
 
@@ -375,15 +382,8 @@ def two_hop_rank_share(experts: int, top_k: int, ranks: int, nodes: int, node_li
         return 1.0
     nodes = max(1, nodes)
     chosen = node_limit if node_limit is not None and node_limit < nodes else nodes
-    pool = experts * chosen / nodes  # the experts a token picks from
-    per_gpu = experts / ranks
-    miss = 1.0
-    for i in range(top_k):
-        if pool - i <= 0:  # it takes every expert of the pool (a node limit too tight for top_k)
-            miss = 0.0
-            break
-        miss *= max(0.0, (pool - per_gpu - i) / (pool - i))
-    reached = ranks * chosen / nodes * (1.0 - miss)
+    pool = experts * chosen / nodes  # the experts a token picks from (all of them if top_k exhausts the pool)
+    reached = ranks * chosen / nodes * (1.0 - _missed(pool, experts / ranks, top_k))
     return min(1.0, reached / top_k)
 
 

@@ -86,7 +86,7 @@ def fused_softmax_available(local: Mapping[str, float], causal: bool) -> bool:
     return batches % per_block == 0 if causal else sq % per_block == 0
 
 
-def _fp8_cast_bytes(op: Op, local: Mapping[str, float], phase: str, dtype: str = "fp8") -> float:
+def _cast_bytes(op: Op, local: Mapping[str, float], phase: str, dtype: str = "fp8") -> float:
     """HBM bytes of the FP8 (or NVFP4) casts around one weighted GEMM in a phase (fused cast + transpose:
     CAST_BYTES_PER_ELEM). Forward: the input activation; backward: the output gradient (once for dgrad
     and wgrad together, charged to dgrad when the phases are split). Weights are cast once per iteration
@@ -199,8 +199,8 @@ class RooflineCompute:
         return min(1.0, eff)
 
     def op_time(self, op: Op, local: Mapping[str, float], phase: str, device: Device, dtype: str) -> float:
-        fp8 = dtype in LOW_PRECISION_GEMM and op.kind == OpKind.MATMUL and op.weight is not None
-        if dtype in LOW_PRECISION_GEMM and not fp8:
+        low = dtype in LOW_PRECISION_GEMM and op.kind == OpKind.MATMUL and op.weight is not None
+        if dtype in LOW_PRECISION_GEMM and not low:
             dtype = "bf16"  # FP8 / NVFP4 recipes run only weighted GEMMs in that precision
         peak = device.peak_flops(dtype)
         bwd = phase == "bwd"
@@ -214,8 +214,8 @@ class RooflineCompute:
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             t = self.contraction_time(op, local, phase, device, dtype)
             kernels = self.kernels(op, phase)
-            if fp8:
-                cast_bytes = _fp8_cast_bytes(op, local, phase, dtype)
+            if low:
+                cast_bytes = _cast_bytes(op, local, phase, dtype)
                 t += cast_bytes / hbm
                 kernels += 1 if cast_bytes else 0
         elif op.kind == OpKind.ATTENTION:

@@ -266,18 +266,19 @@ def recipe_layout(row: dict[str, str], pp: int, vpp: int, mtp_layers: int) -> st
     return layout.format(last="m" * mtp_layers + "L")
 
 
-RECIPE_RECOMPUTE: dict[str, tuple[tuple[str, ...], str]] = {
+RECIPE_RECOMPUTE: dict[str, tuple[tuple[str, ...], bool]] = {
     # NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/perf_recipes/deepseek/gb300/deepseek_v3.py: every version
     # read with micro-batch 1 and the full-iteration CUDA graph (_enable_deepseek_full_iteration) sets
     # recompute_modules = [] ("Recompute stays off, matching the 256-GPU recipe"); the micro-batch-2 versions
     # without it recompute mla_up_proj
-    "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config": ((), "micro-batch 1 with the full-iteration CUDA graph"),
+    "deepseek_v3_pretrain_256gpu_gb300_fp8mx_config": ((), True),
     # .../perf_recipes/gpt_oss/gb200/gpt_oss.py: the full-iteration MXFP8 variant clears the BF16 recipe's
     # layernorm + moe_act recompute (clear_recompute=True / recompute_modules = [])
-    "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config": ((), "the full-iteration CUDA graph"),
+    "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config": ((), False),
 }
 """Megatron-Bridge performance recipes whose selective-recompute modules a row leaves as 'base-recipe default':
-recipe function -> (the modules it recomputes, the row settings that identify the version read)."""
+recipe function -> (the modules it recomputes, whether the version read is also told apart by micro-batch 1); every
+version read runs the full-iteration CUDA graph."""
 
 
 def recipe_recompute(row: dict[str, str]) -> tuple[tuple[str, ...], str] | None:
@@ -287,11 +288,12 @@ def recipe_recompute(row: dict[str, str]) -> tuple[tuple[str, ...], str] | None:
     m = re.search(r"::(\w+)", row.get("notes", ""))
     if m is None or m.group(1) not in RECIPE_RECOMPUTE:
         return None
-    modules, version = RECIPE_RECOMPUTE[m.group(1)]
+    modules, micro_batch_1 = RECIPE_RECOMPUTE[m.group(1)]
     settings = row.get("other_settings", "").lower()
     if not re.search(r"cuda_graph\s*=\s*full_iteration", settings):
         return None
-    if "micro-batch 1" in version and (_int_cell(row, "micro_batch") or 1) != 1:
+    if micro_batch_1 and (_int_cell(row, "micro_batch") or 1) != 1:
         return None
+    version = "micro-batch 1 with the full-iteration CUDA graph" if micro_batch_1 else "the full-iteration CUDA graph"
     what = ", ".join(modules) if modules else "nothing (recompute off)"
     return modules, f"base-recipe default: {m.group(1)} recomputes {what} in its version with {version}"
