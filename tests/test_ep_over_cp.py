@@ -72,3 +72,16 @@ def test_hybrid_sharding_with_expert_parallelism() -> None:
     assert hsdp.memory[0].components_bytes["optimizer_states"] > plain.memory[0].components_bytes["optimizer_states"]
     assert hsdp.memory[0].components_bytes["optimizer_states"] <= 2 * plain.memory[0].components_bytes[
         "optimizer_states"] * (1 + 1e-9)
+
+
+def test_the_dispatch_over_cp_takes_the_two_hop_pricing_and_the_overlap() -> None:
+    """The dispatch is recognised by what it is (the all-to-all into and out of the experts), not by crossing the
+    ep axis: folded over cp it still gets DeepEP's one copy per GPU and the all-to-all overlap."""
+    model = {**MODEL, "experts": 8, "top_k": 2}
+    st = {"cp": 2, "pp": 2, "ep": 2, "dp": 1}
+    job = {**_job(**st), "model": model}
+    plain = trainsim.simulate(job)
+    two_hop = trainsim.simulate({**job, "strategy": {**job["strategy"], "ep_dispatcher": "deepep"}})
+    overlap = trainsim.simulate({**job, "strategy": {**job["strategy"], "ep_overlap": True}})
+    assert two_hop.breakdown["ep"] < plain.breakdown["ep"]  # top-2 of 8 on 2 GPUs: 1.57 GPUs per token, not 2
+    assert overlap.breakdown["ep"] < plain.breakdown["ep"]

@@ -113,7 +113,7 @@ def test_a_moe_runs_row_maps_to_qwen3_and_is_compared_on_tokens_per_second() -> 
 @pytest.mark.parametrize(("n_gpus", "per_rack"), [(256, 64), (144, 72), (72, 72), (8, 8), (1024, 64)])
 def test_nvl72_jobs_spread_over_the_fewest_even_racks(n_gpus: int, per_rack: int) -> None:
     notes: dict[str, str] = {}
-    cl = tr._cluster(training_row(gpu="GB200 (DGX GB200 NVL72)", n_gpus=str(n_gpus), gpus_per_node="4"),
+    cl = tr.cluster_spec(training_row(gpu="GB200 (DGX GB200 NVL72)", n_gpus=str(n_gpus), gpus_per_node="4"),
                      n_gpus, notes)
     assert isinstance(cl, dict)
     assert cl["gpus_per_node"] == per_rack and cl["nodes"] * per_rack == n_gpus

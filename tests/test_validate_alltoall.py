@@ -79,7 +79,7 @@ def test_rows_without_a_counterpart_say_why(collective: str, notes: str, reason:
 
 
 def test_an_unknown_gpu_is_a_skip() -> None:
-    row = _row(gpu="V100", n_gpus="8", size_bytes="1000", time_us="10", collective="nccl-tests alltoall_perf")
+    row = _row(gpu="TPU v5p", n_gpus="8", size_bytes="1000", time_us="10", collective="nccl-tests alltoall_perf")
     (out,) = alltoall_outcomes([row], CAL)
     assert out.skipped is not None and "no cluster preset" in out.skipped
 

@@ -228,7 +228,7 @@ class _CommPricer:
         """An expert-parallel all-to-all sent as a two-hop dispatch: (what it moves of its per-(token, expert)
         buffer, one copy per GPU reached: two_hop_rank_share; the cross-node share of that, one copy per node
         reached: two_hop_remote_share over it); (1, 1) for every other collective."""
-        if self.two_hop is None or step.collective != "all_to_all" or "ep" not in step.axes:
+        if self.two_hop is None or not _is_dispatch(step):
             return 1.0, 1.0
         experts, top_k, limit = self.two_hop
         return two_hop_dispatch(experts, top_k, len(group), len({r // self.gpn for r in group}), limit)
@@ -330,7 +330,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     op_ids, recent, comm_times = costs.op_ids, costs.recent, pricer.times
     # EP overlap sets a chunk's all-to-alls from its own forward and backward together: every chunk is priced
     # step by step then (no chunk copies; the graph builder reads each chunk's own steps)
-    overlap_ep = program.tree.ep_overlap and mesh.ep > 1
+    overlap_ep = program.tree.ep_overlap and bool(hyper.get("experts"))
     record = program.copies if cache and program.copies is not None and program.copies.valid(program.chunks) \
         and not overlap_ep else None
     copier = _Copier(program, record, pricer) if record is not None else None
@@ -488,6 +488,12 @@ def _overlap_tp_comm(steps: list[Step], tp: int) -> None:
         s.duration_s = max(0.0, comm - g) + min(comm, g) / tp
 
 
+def _is_dispatch(step: Step) -> bool:
+    """A MoE token dispatch or combine: the lowering's all-to-all into or out of the experts, categorised ep
+    whatever mesh axes it crosses (ep, or tp and cp where the experts fold over them)."""
+    return step.kind == "collective" and step.collective == "all_to_all" and step.category == "ep"
+
+
 def paired_share(program: Program) -> float:
     """The share of forwards a pipeline rank runs beside a backward of another micro-batch: all but the
     schedule's warm-up forwards (1F1B: pp - rank - 1; interleaved: more), whose all-to-alls have no backward to
@@ -518,7 +524,7 @@ def _overlap_ep_comm(fwd: list[Step], bwd: list[Step], paired: float, gamma: flo
         comm: dict[str, list[Step]] = {}
         work: dict[str, float] = {}
         for s in steps:
-            if s.kind == "collective" and s.collective == "all_to_all" and "ep" in s.axes:
+            if _is_dispatch(s):
                 comm.setdefault(s.layer, []).append(s)
             elif s.kind == "compute":
                 work[s.layer] = work.get(s.layer, 0.0) + s.duration_s

@@ -25,15 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..api import job_cluster
 from ..cost.calibration import Calibration
 from ..cost.comm import NcclComm, two_hop_dispatch
-from ..hardware.cluster import Cluster, get_cluster
+from ..hardware.cluster import Cluster
 from .cases import Outcome, skip
+from .training_runs import cluster_spec
 
 REQUIRED_COLUMNS = ("gpu", "n_gpus", "nodes", "collective", "size_bytes", "time_us", "reported_bw_gbps",
                     "bw_definition")
-_PRESETS = {"h800": "dgx-h800", "h100": "dgx-h100", "h200": "dgx-h200", "a100": "dgx-a100", "b200": "dgx-b200",
-            "b300": "dgx-b300"}
 GPUS_PER_NODE = 8
 """DeepEP's normal kernels assume 8 NVLink peers per node (its tests assert num_local_ranks == 8)."""
 
@@ -79,15 +79,13 @@ def deepep_destinations(nodes: int, ranks: int, setting: DeepEPSetting = DeepEPS
 
 
 def _cluster(row: dict[str, str], n: int) -> Cluster | str:
-    gpu = row.get("gpu", "").strip().lower()
-    preset = next((v for k, v in _PRESETS.items() if gpu.startswith(k)), None)
-    if preset is None:
-        return f"no cluster preset for gpu '{row.get('gpu', '')}'"
+    """The row's cluster: training_runs' preset for its GPU, nodes of 8 (fewer GPUs: part of one node)."""
     if n % GPUS_PER_NODE and n > GPUS_PER_NODE:
         return f"{n} GPUs do not fill nodes of {GPUS_PER_NODE}"
-    nodes = max(1, n // GPUS_PER_NODE)
-    base = get_cluster(preset, nodes)
-    return base if n >= base.gpus_per_node else base.customised(gpus_per_node=n)
+    spec = cluster_spec({**row, "gpus_per_node": str(GPUS_PER_NODE)}, n, {})
+    if isinstance(spec, str):
+        return f"no cluster preset for gpu '{row.get('gpu', '')}' ({spec})"
+    return job_cluster({"cluster": spec})
 
 
 def _count(row: dict[str, str], column: str) -> float | None:

@@ -401,7 +401,9 @@ def _optimizer_column(row: dict[str, str], notes: dict[str, str]) -> dict[str, A
     return out
 
 
-def _cluster(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[str, Any] | str:
+def cluster_spec(row: dict[str, str], n_gpus: int, notes: dict[str, str]) -> dict[str, Any] | str:
+    """The job's cluster section for a row's GPU and n_gpus (gpu, gpu_mem_gb, gpus_per_node, intra_node_link and
+    inter_node_net columns where it has them), assumptions in `notes`; why not, where no preset fits."""
     gpu = row["gpu"].lower()
     mem = _int(row, "gpu_mem_gb")
     gpn = _int(row, "gpus_per_node") or 8
@@ -1074,7 +1076,7 @@ def _row_job(row: dict[str, str]) -> RowJob:
             notes["ffn"] = "not stated: every layer is a mixture of experts (no dense MLP to size)"
     settings = _settings(_cell(row, "other_settings"))
     model = {**_model(row, arch, settings, notes, frozenset(routed)), **routed, **_mla_keys(settings, notes)}
-    cluster = _cluster(row, n_gpus, notes)
+    cluster = cluster_spec(row, n_gpus, notes)
     if isinstance(cluster, str):
         raise RowSkip("GPU or cluster not expressible", cluster)
     dp, tp, pp, cp, ep = (_count(row, k) or 1 for k in ("dp", "tp", "pp", "cp", "ep"))
