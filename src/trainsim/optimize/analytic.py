@@ -395,7 +395,7 @@ class AnalyticBatch:
             few = [self._one(c, int(k), int(d)) for c, k, d in zip(candidates, kid, did, strict=True)]
             est = evaluate(few[0] if n == 1 else stack(few))
             iteration[:], peak[:] = est.iteration_s, est.peak_bytes.max(axis=1)
-        for depth in np.unique(pp) if n > _FEW else ():
+        for depth in sorted(set(pp.tolist())) if n > _FEW else ():  # (np.unique imports numpy.ma: cold-call cost)
             rows = np.flatnonzero(pp == depth)
             group = [candidates[i] for i in rows]
             est = evaluate(_Compose(self, group, kid[rows], did[rows]).batch())

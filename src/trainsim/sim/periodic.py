@@ -382,7 +382,7 @@ def _seam(graph: ExecutionGraph, grid: _Grid, cols: TaskColumns, edges: _Edges, 
         tau = float(taus[i])
         period = np.flatnonzero((start >= tau) & (start < tau + delta))
         slots = grid.col[period] * d + grid.row[period] % d  # a whole period: each task's twin once
-        if len(period) != d * width or len(np.unique(slots)) != len(period):
+        if len(period) != d * width or len(set(slots.tolist())) != len(period):  # (np.unique: numpy.ma on a cold call)
             continue
         mine = np.zeros(len(start), dtype=bool)
         mine[period] = True
