@@ -216,12 +216,18 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
     if s.vpp > 1 and s.schedule == "gpipe":
         raise ConfigError("strategy.schedule", f"gpipe has no virtual stages (vpp={s.vpp})",
                           "use --schedule interleaved (or 1f1b) with --vpp, or --vpp 1 with gpipe")
+    vpp = s.vpp
+    if s.schedule == "dualpipev":  # two chunks per rank, the V
+        if vpp not in (1, 2):
+            raise ConfigError("strategy.vpp", f"dualpipev runs two chunks per rank (a V), not vpp={vpp}",
+                              "drop --vpp (dualpipev sets 2) or use --schedule interleaved")
+        vpp = 2
     gb = s.global_batch or s.micro_batch * dp
-    return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.etp, vpp=s.vpp,
+    return ParallelSpec(dp=dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.etp, vpp=vpp,
                         sequence_parallel=s.sequence_parallel,
                         zero=3 if s.fsdp else s.zero,
                         recompute=selective_mode(s.recompute_modules) if s.recompute == "selective" else s.recompute,
-                        schedule="interleaved" if s.vpp > 1 and s.schedule not in ("dynamic", "zb-h1")
+                        schedule="interleaved" if vpp > 1 and s.schedule not in ("dynamic", "zb-h1", "dualpipev")
                         else s.schedule,
                         max_ongoing=s.max_ongoing_micro_batch, micro_batch=s.micro_batch,
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
@@ -662,6 +668,9 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
         raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
     analytic = sim.fidelity == "analytic"  # closed form: no graph, so no task limit
+    if analytic and tree.schedule.kind == "dualpipev":
+        raise ConfigError("simulation.fidelity", "the analytic tier has no closed form for DualPipeV's bidirectional "
+                          "order", "use fidelity event (the default) with schedule dualpipev")
     # predict_tasks and lower both resolve the tree; nothing below edits it, so once is enough
     with tree.held_resolved():
         predicted = 0 if analytic else check_work(tree, sim).tasks  # before lowering: a too-large job is refused

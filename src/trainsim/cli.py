@@ -95,7 +95,9 @@ def simulate(
     recompute: Annotated[str | None, Opt(help="none | selective | full")] = None,
     schedule: Annotated[str | None, Opt(help="gpipe | 1f1b | interleaved | dynamic (Proteus HTAE: backward "
                                                "first, forward under --max-ongoing) | zb-h1 (zero bubble: "
-                                               "weight gradients postponed into the bubble, 1F1B memory)")] = None,
+                                               "weight gradients postponed into the bubble, 1F1B memory) | "
+                                               "dualpipev (DeepSeek's DualPipeV: two chunks per rank in a V, "
+                                               ">= 2 x pp micro-batches)")] = None,
     max_ongoing: Annotated[int | None, Opt("--max-ongoing", help="micro-batches a pipeline rank holds between "
                                            "forward and backward (1f1b: a lower cap; dynamic: the cap)")] = None,
     micro_batch: Annotated[int | None, Opt(help="micro-batch size per data-parallel rank")] = None,

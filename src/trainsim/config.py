@@ -289,10 +289,12 @@ class StrategySpec(_Strict):
         "(Megatron-Core's --recompute-modules; default core_attn, the attention core): moe_act (the experts' "
         "activation), layernorm (the two norms), mla_up_proj (MLA's up projections and RoPE), mlp, "
         "shared_experts, moe")
-    schedule: Literal["gpipe", "1f1b", "interleaved", "dynamic", "zb-h1"] = Field(
+    schedule: Literal["gpipe", "1f1b", "interleaved", "dynamic", "zb-h1", "dualpipev"] = Field(
         "1f1b", description="pipeline order; dynamic: Proteus' HTAE scheduler (backward first, forward under "
         "the cap) played out on the stage costs; zb-h1: zero-bubble ZB-H1 (Qi et al. 2024), each backward split "
-        "into input and weight gradients, the latter postponed into the bubble, 1F1B's activation memory, vpp 1")
+        "into input and weight gradients, the latter postponed into the bubble, 1F1B's activation memory, vpp 1; "
+        "dualpipev: DeepSeek-V3's DualPipeV, two chunks per rank in a V (rank 0 holds the first and the last), "
+        "zero-bubble backwards, at least 2 x pp micro-batches, vpp 2 (set for it)")
     max_ongoing_micro_batch: int | None = Field(None, ge=1, le=MAX_BATCH, description="micro-batches a pipeline rank holds "
                                                 "between forward and backward (1f1b: a lower cap; dynamic: the cap)")
     micro_batch: int = Field(1, ge=1, le=MAX_BATCH)

@@ -16,7 +16,7 @@ from itertools import accumulate, chain, repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, Protocol, TypeVar
 
-from ..strategy.schedules import dynamic_orders, schedule_order
+from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_index, dynamic_orders, schedule_order
 from ..strategy.tree import StrategyTree
 from ..workload.ir import CONTRACTION_KINDS
 from .program import STREAM_NAMES, ChunkProgram, Program, Step, StepNames, Stream
@@ -879,7 +879,7 @@ def predict_tasks(tree: StrategyTree, *, exact: bool = False, granularity: str =
             n = max(2 * n_layers, extra)
         else:
             n = max(2, extra)
-        if sched.kind == "zb-h1" and weighted[c]:  # W: weight gradients apart from B
+        if sched.kind in ZERO_BUBBLE_KINDS and weighted[c]:  # W: weight gradients apart from B
             n += weighted[c] if granularity == "op" else n_layers if granularity == "layer" else 1
         per_mb += n + (2 if n_chunks > 1 else 0)  # + pipeline sends
         fixed += 3 * n_layers  # gradient buckets, their anchors, ZeRO parameter gathers
@@ -939,7 +939,12 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         if demand is not None and demand[1] and g.flow_demand[t] is None:
             g.flow_demand[t] = _Flow(demand[0], demand[1], (), t)  # type: ignore[call-overload]
 
-    zero_bubble = sched.kind == "zb-h1"
+    zero_bubble = sched.kind in ZERO_BUBBLE_KINDS
+
+    def cidx(vc: int, r: int) -> int:
+        """The chunk rank r runs as virtual chunk vc (interleaved: vc x pp + r; DualPipeV's V)."""
+        return chunk_index(r, vc, pp, sched.kind)
+
     # lowering's and annotate's record of chunk copies, while no chunk was edited since and the link demands are
     # the ones annotate booked (else every chunk's signature is built and compared)
     record = program.copies
@@ -1017,7 +1022,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             cid = cls_of(rank)
             r = mesh.coords(rank)["pp"]
             for vc in range(v):
-                ch = chunks[vc * pp + r]
+                ch = chunks[cidx(vc, r)]
                 for s in ch.post_step:
                     t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [], 0,
                                         ("post", ch.chunk, s.label, s.axes), op=s.collective, size=s.size_bytes)
@@ -1026,12 +1031,16 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
 
     def send_of(c: int, ph: str, rank: int) -> _Send | None:
         """Chunk c's pipeline send after phase ph on `rank`; None: none (the last chunk's forward and the
-        first chunk's backward send nothing, nor does W)."""
+        first chunk's backward send nothing, nor does W, nor a hand-off to a chunk on the same rank: the
+        bottom of DualPipeV's V)."""
         if not ((ph == "F" and c < n_chunks - 1) or (ph == "B" and c > 0)):
             return None
         ch = chunks[c]
+        to = chunks[c + 1 if ph == "F" else c - 1].pp_rank
+        if to == ch.pp_rank:
+            return None
         dur = ch.send_fwd_s if ph == "F" else ch.send_bwd_s
-        dst = mesh.rank({**mesh.coords(rank), "pp": ((c + 1) if ph == "F" else (c - 1)) % pp})
+        dst = mesh.rank({**mesh.coords(rank), "pp": to})
         return (dur, ch.send_fwd_bytes if ph == "F" else ch.send_bwd_bytes, dst,
                 fit_demand(flows.send_demand(c, ph), dur) if flows is not None else None)
 
@@ -1151,12 +1160,12 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         sends: dict[tuple[str, int], _Send | None] = {}
         blocks: dict[tuple[str, int], _Item | None] = {}
         for ph, vc in dict.fromkeys((ph, vc) for ph, _, vc in order):
-            sends[(ph, vc)] = send_of(vc * pp + r, ph, rank)
+            sends[(ph, vc)] = send_of(cidx(vc, r), ph, rank)
             if _COPY_ITEMS and not exact:
-                blocks[(ph, vc)] = item_block(chunks[vc * pp + r], ph, cid, rank, sends[(ph, vc)])
+                blocks[(ph, vc)] = item_block(chunks[cidx(vc, r)], ph, cid, rank, sends[(ph, vc)])
             else:
                 blocks[(ph, vc)] = None
-        items = [(cid, vc * pp + r, ph, mb) for ph, mb, vc in order]
+        items = [(cid, cidx(vc, r), ph, mb) for ph, mb, vc in order]
         copied = [blocks[(ph, vc)] for ph, _, vc in order]
         # one by one (add_item): the items without a block, those anchoring gradient buckets and the first
         # forward of a chunk waiting for the parameter all-gather
@@ -1164,7 +1173,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         for idx in anchoring:
             copied[idx] = None
         for vc in range(v):
-            if param_gather.get((cid, vc * pp + r)):
+            if param_gather.get((cid, cidx(vc, r))):
                 copied[order.index(("F", 0, vc))] = None
         single = {idx for idx, block in enumerate(copied) if block is None}
         reports = set(range(0, len(order), 256)) if progress is not None else set()  # every 256 items
@@ -1177,14 +1186,14 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 progress(len(g))
             if stop in single:
                 ph, mb, vc = order[stop]
-                add_item(cid, rank, vc * pp + r, ph, mb, stop in anchoring, sends[(ph, vc)])
+                add_item(cid, rank, cidx(vc, r), ph, mb, stop in anchoring, sends[(ph, vc)])
                 start = stop + 1
         ph, mb, vc = next(item for item in reversed(order) if item[0] != "F")
-        base, shape = placed[(cid, vc * pp + r, ph, mb)]
+        base, shape = placed[(cid, cidx(vc, r), ph, mb)]
         last_b[cid] = base + shape.last
         if has_grad and not tree.overlap_grad_reduce:
             for vc in sorted({vc for _, vc in last_item_of_chunk}, reverse=True):
-                grad_sync(chunks[vc * pp + r], cid, rank, last_b[cid], None)
+                grad_sync(chunks[cidx(vc, r)], cid, rank, last_b[cid], None)
 
     # cross-class edges: pipeline sends and the loss turning forward into backward
     peers: dict[tuple[int, int], int] = {}
@@ -1209,18 +1218,20 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         cid = cls_of(rank)
         r = mesh.coords(rank)["pp"]
         for vc in range(v):
-            c = vc * pp + r
-            before = peer(rank, (c - 1) % pp)
-            after = peer(rank, (c + 1) % pp)
+            c = cidx(vc, r)
+            before = peer(rank, chunks[c - 1].pp_rank) if c > 0 else -1
+            after = peer(rank, chunks[c + 1].pp_rank) if c < n_chunks - 1 else -1
             for mb in range(m):
                 f_base, f = placed[(cid, c, "F", mb)]
                 b_base, b = placed[(cid, c, "B", mb)]
-                if c > 0:
+                if c > 0:  # a hand-off on the same rank (no send): straight from the body that made it
                     s_base, s = placed[(before, c - 1, "F", mb)]
-                    receive(f_base + f.first, f_base + f.first_compute, s_base + s.send)
+                    receive(f_base + f.first, f_base + f.first_compute,
+                            s_base + (s.send if s.send >= 0 else s.last_body))
                 if c < n_chunks - 1:
                     s_base, s = placed[(after, c + 1, "B", mb)]
-                    receive(b_base + b.first, b_base + b.first_compute, s_base + s.send)
+                    receive(b_base + b.first, b_base + b.first_compute,
+                            s_base + (s.send if s.send >= 0 else s.last_body))
                 g.deps[b_base + b.first].append(f_base + f.last_body)
 
     # tied embedding / LM-head gradients are summed across the first and last stage (Megatron)
@@ -1253,7 +1264,7 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
         opt = g.add("optimizer step", "compute", Stream.COMPUTE, "optimizer", (optimizer_s or {}).get(r, 0.0),
                     (cid,), deps)
         for vc in range(v if not tree.overlap_param_gather else 0):
-            ch = chunks[vc * pp + r]
+            ch = chunks[cidx(vc, r)]
             for s in ch.post_step:
                 t = collective_task(s.label, Stream.GRAD, "dp", s.duration_s, cid, rank, s.axes, [opt], -1,
                                     ("post", ch.chunk, s.label, s.axes))

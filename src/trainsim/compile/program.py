@@ -33,6 +33,7 @@ import numpy as np
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import NF4_BYTES_PER_PARAM, Precision
 from ..strategy.presets import EXPERT_OPS
+from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_place
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree, recompute_modules
 from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpKind, OpValues, SavedTensor
 from .layout import (
@@ -488,7 +489,7 @@ class _Lowerer:
         self.prec = precision
         self.act_scale = precision.activation_bytes / 2.0
         # zero-bubble schedules run a weighted op's input-gradient GEMM and weight-gradient GEMM apart
-        self.split_wgrad = tree.schedule.kind == "zb-h1"
+        self.split_wgrad = tree.schedule.kind in ZERO_BUBBLE_KINDS
         # offload remote with in-switch collectives: the pool reduce-scatters the gradients of layers with sharded
         # weights while storing them, so their GPU reduce-scatter is not emitted (an HSDP replica all-reduce stays)
         self.in_switch = tree.offload_in_switch and tree.offload != "none"
@@ -1175,12 +1176,12 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
     mesh = tree.mesh
     sched = tree.schedule
     n_chunks = mesh.pp * sched.virtual_stages
-    chunks = [ChunkProgram(c, c % mesh.pp, c // mesh.pp, []) for c in range(n_chunks)]
+    chunks = [ChunkProgram(c, *chunk_place(c, mesh.pp, sched.kind), []) for c in range(n_chunks)]
     leaves = tree.leaves()
     by_chunk: dict[int, list[Entry]] = {c: [] for c in range(n_chunks)}
     for node, rc, c in leaves:
         by_chunk[c].append((node, rc))
-    rank_of = {node.layer.name: c % mesh.pp for node, _, c in leaves}
+    rank_of = {node.layer.name: chunks[c].pp_rank for node, _, c in leaves}
     tree.resolve()
     # a chunk's forward and backward are lowered once per key and copied to the chunks with that key: its
     # layers (values, configs, recompute, tied weight on this rank), what it receives, whether it sends

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from ..compile.program import ChunkProgram
+from ..strategy.schedules import ZERO_BUBBLE_KINDS
 
 MIN_BLOCK_BYTES = 512
 """kMinBlockSize: every request rounds up to a multiple of 512 B."""
@@ -259,8 +260,9 @@ def replay(events: list[tuple[str, float | int]], expandable_segments: bool = Fa
 
 def _unit_order(kind: str, pp: int, m: int, rank: int, vpp: int, max_ongoing: int | None) -> list[tuple[str, int, int]]:
     """The rank's (F|B|W, micro-batch, chunk) order for the replay, over the fewest micro-batches that show the
-    steady state: every micro-batch 1F1B holds at once plus two (interleaved: two rounds of pp), all of them
-    for GPipe (it holds every one). The dynamic schedule is replayed as 1F1B (its order depends on timing)."""
+    steady state: every micro-batch 1F1B holds at once plus two (interleaved: two rounds of pp; DualPipeV: its
+    2 pp plus two), all of them for GPipe (it holds every one). The dynamic schedule is replayed as 1F1B (its
+    order depends on timing)."""
     from ..strategy.schedules import schedule_order
 
     if kind == "gpipe":
@@ -271,6 +273,8 @@ def _unit_order(kind: str, pp: int, m: int, rank: int, vpp: int, max_ongoing: in
     m_eff = min(m, pp - rank + 2)
     if kind == "zb-h1":
         return schedule_order("zb-h1", pp, m_eff, rank)
+    if kind == "dualpipev":  # the warm-up, two steady rounds (each frees what it allocates) and the cool-down
+        return schedule_order("dualpipev", pp, min(m, 2 * pp + 2), rank)
     return schedule_order("1f1b", pp, m_eff, rank, max_ongoing=max_ongoing if kind == "1f1b" else None)
 
 
@@ -362,13 +366,13 @@ def _compile(steps: list[tuple[float, float, str]], stack: list[tuple[int, int]]
 def _unit_steps(chunks: tuple[ChunkProgram, ChunkProgram], kind: str, schedule_kind: str
                 ) -> list[tuple[float, float, str]]:
     """The steps a unit of `kind` (F, B, W) runs, of `chunks` (whose forward, whose backward): B without the
-    weight gradients under zb-h1."""
+    weight gradients under the zero-bubble schedules (zb-h1, dualpipev)."""
     if kind == "F":
         return list(map(_STEP, chunks[0].fwd))
     bwd = list(map(_STEP, chunks[1].bwd))
     if kind == "W":
         return [s for s in bwd if s[2] == "wgrad"]
-    return [s for s in bwd if s[2] != "wgrad"] if schedule_kind == "zb-h1" else bwd
+    return [s for s in bwd if s[2] != "wgrad"] if schedule_kind in ZERO_BUBBLE_KINDS else bwd
 
 
 class _Replay:

@@ -368,13 +368,15 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             _overlap_ep_comm(ch.fwd, ch.bwd, paired, gamma)
         if copier is not None:
             copier.release(ch)
-        if ch.chunk < n_chunks - 1:
-            nxt = mesh.rank({"pp": (ch.pp_rank + 1) % mesh.pp})
+        # the neighbouring chunks' ranks (interleaved: the next and previous rank; DualPipeV's V turns on the last
+        # rank, whose two chunks hand over without a send)
+        if ch.chunk < n_chunks - 1 and (to := program.chunks[ch.chunk + 1].pp_rank) != ch.pp_rank:
+            nxt = mesh.rank({"pp": to})
             ch.send_fwd_s, dem = pair_time("send_recv", ch.send_fwd_bytes, stage_rank, nxt)
             if book is not None and dem is not None:
                 book.sends[(ch.chunk, "F")] = dem
-        if ch.chunk > 0:
-            prv = mesh.rank({"pp": (ch.pp_rank - 1) % mesh.pp})
+        if ch.chunk > 0 and (to := program.chunks[ch.chunk - 1].pp_rank) != ch.pp_rank:
+            prv = mesh.rank({"pp": to})
             ch.send_bwd_s, dem = pair_time("send_recv", ch.send_bwd_bytes, stage_rank, prv)
             if book is not None and dem is not None:
                 book.sends[(ch.chunk, "B")] = dem
@@ -502,7 +504,7 @@ def paired_share(program: Program) -> float:
     from ..strategy.schedules import schedule_order
 
     sched, mesh = program.tree.schedule, program.mesh
-    kind = sched.kind if sched.kind in ("1f1b", "interleaved", "zb-h1", "gpipe") else "1f1b"
+    kind = sched.kind if sched.kind in ("1f1b", "interleaved", "zb-h1", "gpipe", "dualpipev") else "1f1b"
     # the first rank's (the longest warm-up, so the slowest rank's): one share for every chunk, so a chunk that
     # lowering copied (ChunkCopies) keeps its original's durations
     order = schedule_order(kind, mesh.pp, sched.n_micro_batch, 0, sched.virtual_stages)

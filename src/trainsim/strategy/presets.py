@@ -94,6 +94,9 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
     _require(0 <= p.zero <= 3, "zero", f"ZeRO stage must be 0..3, got {p.zero}", "use 0, 1, 2 or 3 (3 = FSDP)")
     _require(p.offload in ("none", "cpu", "nvme", "remote"), "offload", f"unknown offload target '{p.offload}'",
              "use none, cpu, nvme or remote")
+    if p.schedule == "dualpipev":
+        _require(p.vpp == 2, "vpp", f"dualpipev runs two chunks per rank (a V), not vpp={p.vpp}", "use vpp 2")
+        _require(p.pp > 1, "pp", "DualPipeV needs pipeline parallelism", "set --pp 2 or more")
     if p.vpp > 1:
         _require(p.pp > 1, "vpp", "virtual pipeline stages need pipeline parallelism", "set --pp > 1 or --vpp 1")
     if p.max_ongoing is not None:
@@ -114,7 +117,10 @@ def validate_spec(model: Model, p: ParallelSpec) -> None:
              f"{p.global_batch} is not divisible by micro_batch x dp = {p.micro_batch} x {p.dp} = {data}",
              f"use a multiple of {data}, e.g. {max(data, (p.global_batch // data) * data) or data}")
     m = p.global_batch // data
-    if p.vpp > 1:
+    if p.schedule == "dualpipev":
+        _require(m >= 2 * p.pp, "global_batch", f"DualPipeV needs at least 2 x pp = {2 * p.pp} micro-batches, "
+                 f"got {m}", f"use a global batch of at least {2 * p.pp * data}")
+    elif p.vpp > 1:
         _require(m % p.pp == 0, "global_batch",
                  f"interleaved schedule needs micro-batches ({m}) divisible by pp={p.pp}",
                  f"use a global batch that is a multiple of {data * p.pp}")
@@ -316,7 +322,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.offload = p.offload
     tree.offload_activations = p.offload_activations
     m = p.global_batch // (p.micro_batch * p.dp)
-    kind = "interleaved" if p.vpp > 1 else p.schedule
+    kind = "interleaved" if p.vpp > 1 and p.schedule != "dualpipev" else p.schedule
     cap = p.max_ongoing if kind == "dynamic" or (p.max_ongoing is not None and p.max_ongoing < min(p.pp, m)) \
         else None
     tree.root.schedule_config = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp,

@@ -155,6 +155,98 @@ def zb_h1(p: int, m: int, rank: int) -> list[WorkItem]:
     return order
 
 
+ZERO_BUBBLE_KINDS = ("zb-h1", "dualpipev")
+"""Schedules whose backwards are split into B (input gradients) and W (weight gradients) work items."""
+
+
+def chunk_index(rank: int, vc: int, pp: int, kind: str) -> int:
+    """The pipeline chunk that rank `rank` runs as its virtual chunk `vc`: vc x pp + rank (Megatron's
+    interleaving); DualPipeV folds the 2 pp chunks into a V, its second chunk running back up the ranks, so
+    rank 0 holds the first and the last chunk and rank pp - 1 the two middle ones."""
+    if kind == "dualpipev" and vc == 1:
+        return 2 * pp - 1 - rank
+    return vc * pp + rank
+
+
+def chunk_place(chunk: int, pp: int, kind: str) -> tuple[int, int]:
+    """(pipeline rank, virtual chunk) of pipeline chunk `chunk` (`chunk_index` inverted)."""
+    vc, rank = divmod(chunk, pp)
+    if kind == "dualpipev" and vc == 1:
+        rank = pp - 1 - rank
+    return rank, vc
+
+
+def dualpipev(p: int, m: int, rank: int) -> list[WorkItem]:
+    """DualPipeV, the "cut-in-half" DualPipe of DeepSeek-V3 (arXiv 2412.19437 section 3.2.1; code:
+    github.com/deepseek-ai/DualPipe, dualpipev.py): 2p chunks in a V (`chunk_index`: virtual chunk 0 runs down
+    the ranks, 1 back up), each backward split as in zero bubble into B (input gradients) and W (weight
+    gradients). Needs m >= 2p. Rank r runs eight phases (F0 / F1: a forward of chunk 0 / 1, B: a backward, W
+    a postponed weight gradient, first in first out; "full" B: its W right after it):
+    2(p - r - 1) F0 | r + 1 x (F0, F1) | p - r - 1 x (B1, W, F1) | m - 2p + r + 1 x (F0, full B1, F1, full B0)
+    | p - r - 1 x (full B1, F1, full B0) | r + 1 x (B1, B0), the second half postponing W | p - r - 1 x (W, B0)
+    | r + 1 x W. DualPipe runs each (F0, B1) and (F1, B0) pair of the steady state at once, one's compute
+    under the other's all-to-alls: trainsim runs the pair in order on the compute stream and hides the
+    expert-parallel all-to-alls under the other pass as strategy.ep_overlap prices them."""
+    if m < 2 * p:
+        raise ValueError(f"DualPipeV needs at least 2 x pp = {2 * p} micro-batches, got {m}")
+    order: list[WorkItem] = []
+    fwd, bwd = [0, 0], [0, 0]  # next micro-batch per virtual chunk
+    postponed: list[tuple[int, int]] = []  # (micro-batch, chunk) of the B's whose W waits, oldest first
+    head = 0
+
+    def f(vc: int) -> None:
+        order.append(("F", fwd[vc], vc))
+        fwd[vc] += 1
+
+    def b(vc: int, postpone: bool = False) -> None:
+        order.append(("B", bwd[vc], vc))
+        if postpone:
+            postponed.append((bwd[vc], vc))
+        else:
+            order.append(("W", bwd[vc], vc))
+        bwd[vc] += 1
+
+    def w() -> None:
+        nonlocal head
+        mb, vc = postponed[head]
+        head += 1
+        order.append(("W", mb, vc))
+
+    later, upto = p - rank - 1, rank + 1
+    for _ in range(2 * later):
+        f(0)
+    for _ in range(upto):
+        f(0)
+        f(1)
+    for _ in range(later):
+        b(1, postpone=True)
+        w()
+        f(1)
+    for _ in range(m - 2 * p + rank + 1):
+        f(0)
+        b(1)
+        f(1)
+        b(0)
+    for _ in range(later):
+        b(1)
+        f(1)
+        b(0)
+    postpone = False
+    for i in range(upto):  # the second half of these backwards postpones its W (an odd rank's from a B1 on)
+        if i == upto // 2 and rank % 2 == 1:
+            postpone = True
+        b(1, postpone)
+        if i == upto // 2 and rank % 2 == 0:
+            postpone = True
+        b(0, postpone)
+    for _ in range(later):
+        w()
+        b(0, postpone=True)
+    for _ in range(upto):
+        w()
+    return order
+
+
 def schedule_order(kind: str, p: int, m: int, rank: int, v: int = 1, max_ongoing: int | None = None) -> list[WorkItem]:
     if kind == "gpipe":
         return gpipe(p, m, rank)
@@ -164,4 +256,6 @@ def schedule_order(kind: str, p: int, m: int, rank: int, v: int = 1, max_ongoing
         return interleaved(p, m, rank, v)
     if kind == "zb-h1":
         return zb_h1(p, m, rank)
+    if kind == "dualpipev":
+        return dualpipev(p, m, rank)
     raise ValueError(f"unknown schedule {kind}")

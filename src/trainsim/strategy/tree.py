@@ -62,7 +62,7 @@ def valid_recompute_mode(mode: str) -> bool:
     except ValueError:
         return False
     return True
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "dynamic", "zb-h1")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dynamic", "zb-h1", "dualpipev")
 STATE_ITEMS = ("weight", "grad", "optimizer")
 PARTIAL_KINDS = CONTRACTION_KINDS | {OpKind.EMBEDDING, OpKind.LOSS}
 
@@ -73,9 +73,10 @@ class ScheduleConfig:
 
     n_micro_batch: int = 1
     # gpipe | 1f1b | interleaved | dynamic (Proteus' HTAE scheduler at run time) | zb-h1 (zero bubble:
-    # backward split into input- and weight-gradient halves, the latter postponed into the bubble)
+    # backward split into input- and weight-gradient halves, the latter postponed into the bubble) |
+    # dualpipev (DeepSeek's DualPipeV: two chunks per rank in a V, zero-bubble backwards; schedules.dualpipev)
     kind: str = "1f1b"
-    virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
+    virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B; 2 under dualpipev)
     # micro-batches in flight per rank: 1f1b: a cap below pp - rank; dynamic: the cap (None: all)
     max_ongoing_micro_batch: int | None = None
 
@@ -297,7 +298,8 @@ class StrategyNode:
         kind='dynamic' is Proteus' HTAE scheduler: each rank picks forward or backward at run time
         (backward first, else the next forward while under the cap), played out on the stage costs.
         kind='zb-h1' is the zero-bubble ZB-H1 schedule (Qi et al. 2024): 1F1B's memory, the weight-gradient
-        half of each backward postponed to fill the bubble (strategy.schedules.zb_h1)."""
+        half of each backward postponed to fill the bubble (strategy.schedules.zb_h1). kind='dualpipev' is
+        DeepSeek's DualPipeV with virtual_stages=2: chunk pp + i on rank pp - 1 - i (strategy.schedules)."""
         tree = self.tree
         if tree is None or self is not tree.root:
             raise ConfigError(f"strategy.{self.name}", "a schedule is set on the root (one pipeline schedule "
@@ -329,9 +331,13 @@ class StrategyNode:
         if kind not in SCHEDULES:
             raise ConfigError(f"strategy.{self.name}", f"unknown pipeline schedule '{kind}'",
                               f"use one of {', '.join(SCHEDULES)}")
-        if virtual_stages < 1 or (kind == "interleaved") != (virtual_stages > 1):
+        if kind == "dualpipev":
+            if virtual_stages != 2:
+                raise ConfigError(f"strategy.{self.name}", f"dualpipev runs two chunks per rank (a V), not "
+                                  f"{virtual_stages} virtual stages", "use virtual_stages 2 with dualpipev")
+        elif virtual_stages < 1 or (kind == "interleaved") != (virtual_stages > 1):
             raise ConfigError(f"strategy.{self.name}", f"schedule '{kind}' with {virtual_stages} virtual stages",
-                              "interleaved needs virtual_stages > 1, the others 1")
+                              "interleaved needs virtual_stages > 1, dualpipev 2, the others 1")
         self.schedule_config = ScheduleConfig(n_micro_batch, kind, virtual_stages, cap)
         tree.schedule_set = True
         return self
@@ -679,6 +685,9 @@ class StrategyTree:
         if sched.kind == "interleaved" and sched.n_micro_batch % self.mesh.pp:
             raise ConfigError(where, f"interleaved 1F1B needs micro-batches ({sched.n_micro_batch}) divisible by "
                               f"pp={self.mesh.pp}", f"use a multiple of {self.mesh.pp} micro-batches")
+        if sched.kind == "dualpipev" and sched.n_micro_batch < 2 * self.mesh.pp:
+            raise ConfigError(where, f"DualPipeV needs at least 2 x pp = {2 * self.mesh.pp} micro-batches, got "
+                              f"{sched.n_micro_batch}", f"use {2 * self.mesh.pp} or more micro-batches")
 
     def _check_chunks(self, inherited: list[tuple[StrategyNode, str, int, frozenset[str]]]) -> None:
         n_chunks = self.mesh.pp * self.schedule.virtual_stages
