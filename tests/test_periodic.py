@@ -88,7 +88,7 @@ def pipelined_jobs(draw: st.DrawFn) -> dict[str, Any]:
     gradients without a pipeline, TP with or without SP, EP or CP, recompute, ZeRO, overlap flags and bandwidth
     sharing drawn too."""
     cluster = draw(st.sampled_from(["dgx-a100", "dgx-h100", "dgx-v100", "pcie-a100"]))
-    kind = draw(st.sampled_from(["1f1b", "interleaved", "zb-h1", "ep", "cp", "accumulate"]))
+    kind = draw(st.sampled_from(["1f1b", "interleaved", "zb-h1", "dualpipev", "ep", "cp", "accumulate"]))
     model: dict[str, Any] = {"name": "gpt2", "layers": draw(st.sampled_from([4, 8])),
                              "seq_len": draw(st.sampled_from([128, 512]))}
     s: dict[str, Any] = {"pp": draw(st.sampled_from([2, 4])), "tp": draw(st.sampled_from([1, 2])), "cp": 1, "ep": 1}
@@ -97,6 +97,9 @@ def pipelined_jobs(draw: st.DrawFn) -> dict[str, Any]:
         s.update(pp=2, vpp=2)
     elif kind == "zb-h1":
         s["schedule"] = "zb-h1"
+    elif kind == "dualpipev":  # 2 pp chunks of at least one layer each
+        model["layers"] = 8
+        s["schedule"] = "dualpipev"
     elif kind == "ep":
         model = {**TINY_MOE, "seq_len": model["seq_len"]}
         s.update(pp=2, ep=2)
@@ -145,6 +148,8 @@ def test_a_folded_run_reports_the_progress_of_what_it_simulates() -> None:
      {"pp": 2, "vpp": 2, "tp": 2, "dp": 2, "global_batch": 2 * 48}),
     ("zero bubble", {"name": "gpt2", "layers": 8, "seq_len": 128},
      {"pp": 2, "tp": 2, "dp": 2, "global_batch": 2 * 48, "schedule": "zb-h1"}),
+    ("DualPipeV", {"name": "gpt2", "layers": 8, "seq_len": 128},
+     {"pp": 2, "tp": 2, "dp": 2, "global_batch": 2 * 48, "schedule": "dualpipev"}),
     ("accumulation, host ahead", {"name": "bert-large", "layers": 4, "seq_len": 128},
      {"pp": 1, "dp": 8, "global_batch": 8 * 32}),
     ("context parallel, ZeRO-3", {"name": "gpt2", "layers": 4, "seq_len": 512},
@@ -164,8 +169,9 @@ def test_each_kind_of_pipeline_folds_to_the_full_answer(name: str, model: dict[s
 def _first_try(result: Any, strategy: dict[str, Any]) -> bool:  # noqa: ANN401
     """The fold came from the first micro-batch count reduced_micro_batches proposes (no simulation wasted)."""
     simulated, m = (int(w) for w in result.fold.split("simulated ")[1].split(" micro")[0].split(" of "))
-    kind, pp, v = strategy.get("schedule", "1f1b"), strategy["pp"], strategy.get("vpp", 1)
-    kind = "interleaved" if v > 1 else kind
+    kind, pp = strategy.get("schedule", "1f1b"), strategy["pp"]
+    v = 2 if kind == "dualpipev" else strategy.get("vpp", 1)
+    kind = "interleaved" if v > 1 and kind != "dualpipev" else kind
     period = period_candidates(kind, pp)[0]
     return simulated == reduced_micro_batches(kind, pp, v, m, period)[0]
 
@@ -179,6 +185,8 @@ def _first_try(result: Any, strategy: dict[str, Any]) -> bool:  # noqa: ANN401
      {"pp": 4, "vpp": 2, "tp": 2, "dp": 1, "global_batch": 96, "sequence_parallel": True}),
     ("zero bubble, 8 stages", {"name": "gpt2", "layers": 16, "seq_len": 256},
      {"pp": 8, "dp": 1, "global_batch": 80, "schedule": "zb-h1"}),
+    ("DualPipeV, 8 stages", {"name": "gpt2", "layers": 16, "seq_len": 256},
+     {"pp": 8, "dp": 1, "global_batch": 96, "schedule": "dualpipev"}),
 ])
 def test_deeper_pipelines_fold_on_the_first_try(name: str, model: dict[str, Any], strategy: dict[str, Any]) -> None:
     """The first micro-batch count tried is enough on deeper pipelines (the count grows with the depth as the

@@ -1,6 +1,6 @@
 """Micro-batch folding: simulate a pipeline with fewer identical micro-batches and add the periods left out.
 
-A training iteration runs m identical micro-batches through the same schedule (1F1B, interleaved,
+A training iteration runs m identical micro-batches through the same schedule (1F1B, interleaved, DualPipeV,
 zero-bubble). After the warm-up the engine settles into a steady state in which micro-batch k + d does
 exactly what micro-batch k did, Delta seconds later, on every stream of every rank class. So the iteration
 of m micro-batches is a simulated one of m' < m with n = (m - m') / d copies of one period inserted at a
@@ -115,15 +115,15 @@ def reduced_micro_batches(kind: str, pp: int, v: int, m: int, period: int) -> li
 
     The first: the micro-batches that enter before every stage runs its steady pattern (1F1B: the pipeline
     depth; interleaved: two groups of pp; zero bubble, whose postponed weight gradients settle slowly: four
-    depths), then four periods (one to settle, the copied period and its twins, the band around the seam)
+    depths; DualPipeV: two depths of its 2 pp chunks, 4 pp), then four periods (one to settle, the copied period and its twins, the band around the seam)
     and two more (the first and the last micro-batch have tasks of their own). Measured, the seam is found
     from one micro-batch fewer for 1F1B (pp 1..32) and interleaving (pp 2..8, v 2..4), and five fewer for zero
     bubble (pp 2..16). Then, where a steady state settles later: three depths plus two periods plus two,
     then twice that."""
-    if kind not in ("1f1b", "interleaved", "zb-h1"):
+    if kind not in ("1f1b", "interleaved", "zb-h1", "dualpipev"):
         return []
     depth = pp * v
-    warm_up = {"1f1b": depth, "interleaved": 2 * pp, "zb-h1": 4 * depth}[kind]
+    warm_up = {"1f1b": depth, "interleaved": 2 * pp, "zb-h1": 4 * depth, "dualpipev": 2 * depth}[kind]
     tries: list[int] = []
     wants = ((warm_up + 4 * period + 2, MIN_SAVING), (3 * depth + 2 * period + 2, MIN_SAVING),
              (6 * depth + 4 * period + 4, 2.0))
