@@ -173,8 +173,8 @@ def stage_layers(model: Model, p: ParallelSpec) -> list[int] | None:
     field = "first_stage_layers" if p.first_stage_layers is not None else "last_stage_layers"
     _require(n_blocks > 0, field, "uneven pipeline stages need a transformer", f"drop {field}")
     _require(p.pp > 1, field, f"needs pipeline parallelism (pp = {p.pp})", f"add --pp, or drop {field}")
-    _require(p.vpp == 1, field, "uneven stages with the interleaved schedule are not modelled",
-             f"use --vpp 1, or drop {field}")
+    _require(p.vpp == 1, field, f"first/last stage layer counts with {p.vpp} chunks per rank ({p.schedule}) are "
+             "not modelled", "list every chunk's layers in strategy.stage_layers instead")
     first = p.first_stage_layers
     last = p.last_stage_layers
     fixed = [s for s in (first, last) if s is not None]
