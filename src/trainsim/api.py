@@ -668,9 +668,6 @@ def _run_tree(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: Parall
         raise ConfigError("strategy.tree", f"the strategy's mesh has {tree.mesh.world_size} GPUs, the cluster "
                           f"{cl.world_size}", "set --nodes (or the mesh) so that they match")
     analytic = sim.fidelity == "analytic"  # closed form: no graph, so no task limit
-    if analytic and tree.schedule.kind == "dualpipev":
-        raise ConfigError("simulation.fidelity", "the analytic tier has no closed form for DualPipeV's bidirectional "
-                          "order", "use fidelity event (the default) with schedule dualpipev")
     # predict_tasks and lower both resolve the tree; nothing below edits it, so once is enough
     with tree.held_resolved():
         predicted = 0 if analytic else check_work(tree, sim).tasks  # before lowering: a too-large job is refused

@@ -21,7 +21,9 @@ gradient buckets and optimizer step of cost.annotate) and composes them with for
      ZB-H1:          m max_r (F + B + W)_r + sum_r (F_r + B_r + sends_r) - (F + B)_slowest
                      - (min(m, p) - 1) min(F, B, W)                                    (its smaller bubble)
    A cap on the micro-batches in flight k < p (max_ongoing_micro_batch) bounds the steady state by the
-   round trip: cycle >= sum_r c_r / k (Little's law).
+   round trip: cycle >= sum_r c_r / k (Little's law). DualPipeV, whose two-way order has no closed form here,
+   is replayed instead (`replay_order`: its per-rank orders as a max-plus recurrence on the per-chunk costs,
+   O(p m) per configuration), which also gives each stage's last backward and its activations at the peak.
 4. After a stage's last backward (stage r ends sum_{r' < r} (B_r' / v + send) before stage 0): the
    gradient reduction still exposed after overlap with that backward (buckets launched as their layers
    finish: max(the last bucket, all buckets - the backward after the first one), or all of it without
@@ -44,10 +46,13 @@ import numpy as np
 
 from ..compile.graph import split_backward
 from ..compile.program import ChunkProgram, Program, Step, Stream
+from ..strategy.schedules import ZERO_BUBBLE_KINDS
 
 CATEGORIES = ("compute", "recompute", "tp", "cp", "ep", "dp", "offload")
 """Categories of a stage's compute-stream time per micro-batch (busy or waiting on a blocker)."""
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1", "dynamic")
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1", "dynamic", "dualpipev")
+_REPLAYED = SCHEDULES.index("dualpipev")
+"""Schedules without a closed form here: `program_batch` replays their order (`replay_order`)."""
 _WAIT_KINDS = frozenset(CATEGORIES) - {"compute", "recompute"}
 
 
@@ -226,6 +231,11 @@ class StageBatch:
     fwd_peak_bytes: np.ndarray  # one chunk forward's transient peak (largest over the stage's chunks)
     bwd_peak_bytes: np.ndarray  # one chunk backward's peak with that chunk's activations held
     w_held_bytes: np.ndarray  # zero bubble: held between a micro-batch's B and its W
+    # a schedule replayed instead of a closed form (DualPipeV; None: none in the batch): per stage the end of its
+    # last backward-side item (B or W) from the start of the iteration, and the chunk forwards it holds per
+    # virtual chunk at its activation peak, less the forward that reaches it (its transient peak sits on top)
+    pipeline_end_s: np.ndarray | None = None
+    held_chunks: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -257,8 +267,9 @@ def evaluate(b: StageBatch) -> Estimate:
     m = b.micro_batches.astype(float)
     mm = m[:, None]
     v = b.vpp.astype(float)
-    sync = b.host_sync[:, None] & (p > 1)
     sched = b.schedule[:, None]
+    replayed = sched == _REPLAYED
+    sync = b.host_sync[:, None] & (p > 1) & ~replayed  # a replayed order prices its sends on the edges
     first, last = stage == 0, stage == p - 1
     # phases as (GPU, host, synced) triples; a stage's steady state as the flow lines between the host's waits on
     # its own pipeline sends (Megatron's batch_p2p_sync): 1F1B stage r sends after F unless last, after B unless
@@ -295,6 +306,8 @@ def evaluate(b: StageBatch) -> Estimate:
     mean_min = np.minimum(np.minimum(f_sum, b_sum), w_sum) / pf
     zb_t = m * c_max + total - w_t.sum(axis=1) - fb_slow - (np.minimum(m, b.pp) - 1) * mean_min
     t_pipe = np.select([b.schedule == 1, b.schedule == 2, b.schedule == 3], [gpipe, inter, zb_t], t_pipe)
+    replay_end = np.zeros((n, p_max)) if b.pipeline_end_s is None else b.pipeline_end_s
+    t_pipe = np.where(b.schedule == _REPLAYED, _stage_max(replay_end, mask), t_pipe)
     bw, w = np.where(mask, b_t, 0.0), w_t
     # each stage's last backward: the last micro-batch's backward reaches stage 0 last
     b_down = np.where(mask, bw / v[:, None] + np.where(sync, b.send_bwd_s, 0.0), 0.0)
@@ -302,7 +315,7 @@ def evaluate(b: StageBatch) -> Estimate:
     is_zb = sched == 3
     w_after = np.minimum(stage + 1, mm) * w  # ZB-H1: rank r runs its last r + 1 W's after its last B
     end = np.where(is_zb, t_pipe[:, None] - w[:, :1] - before + w_after, t_pipe[:, None] - before)
-    end = np.where(mask, end, 0.0)
+    end = np.where(mask, np.where(replayed, replay_end, end), 0.0)
     # gradient reduction after the last backward (overlapped: what the backward did not hide)
     ogr = b.overlap_grad_reduce[:, None]
     hidden_room = np.maximum(bw + w - b.last_layer_bwd_s, 0.0)
@@ -366,6 +379,8 @@ def _dynamic_bytes(b: StageBatch, mask: np.ndarray, stage: np.ndarray) -> np.nda
     last_vc = ((n - 1) % (b.pp[:, None] * b.vpp[:, None])) // b.pp[:, None]
     last_act = np.take_along_axis(b.act_bytes, last_vc[:, :, None], axis=2)[:, :, 0]
     held = (count * b.act_bytes).sum(axis=2) - last_act
+    if b.held_chunks is not None:  # a replayed order: what it holds at its peak (but the forward reaching it)
+        held = np.where((b.schedule == _REPLAYED)[:, None], (b.held_chunks * b.act_bytes).sum(axis=2), held)
     transient = np.maximum(b.fwd_peak_bytes, b.bwd_peak_bytes)
     zb_w = np.where((b.schedule == 3)[:, None], np.minimum(stage, b.micro_batches[:, None]) * b.w_held_bytes, 0.0)
     return np.where(mask, np.maximum(held, 0.0) + transient + zb_w, 0.0)
@@ -376,6 +391,13 @@ def stack(batches: list[StageBatch]) -> StageBatch:
     out: dict[str, np.ndarray] = {}
     for f in fields(StageBatch):
         arrays = [getattr(x, f.name) for x in batches]
+        if all(a is None for a in arrays):  # an optional field no batch has
+            out[f.name] = None  # type: ignore[assignment]
+            continue
+        if any(a is None for a in arrays):  # zeros where a batch has none (shaped like its activations)
+            ndim = next(a.ndim for a in arrays if a is not None)
+            arrays = [a if a is not None else np.zeros(x.act_bytes.shape[:ndim]) for a, x in zip(arrays, batches,
+                                                                                                  strict=True)]
         if arrays[0].ndim == 1:
             out[f.name] = np.concatenate(arrays)
         else:
@@ -392,7 +414,7 @@ def program_batch(program: Program, optimizer_s: dict[int, float], static_bytes:
     tree = program.tree
     sched = tree.schedule
     pp, v = program.mesh.pp, sched.virtual_stages
-    zb = sched.kind == "zb-h1"
+    zb = sched.kind in ZERO_BUBBLE_KINDS
     costs = [chunk_costs(ch, zb, gamma) for ch in program.chunks]
     phases = ("fwd", "bwd", "w")
     rows: dict[str, list[float]] = {k: [0.0] * pp for k in (
@@ -424,6 +446,15 @@ def program_batch(program: Program, optimizer_s: dict[int, float], static_bytes:
     if len(emb) >= 2 and emb[0].pp_rank != emb[-1].pp_rank:
         rows["emb"][emb[0].pp_rank] += program.embedding_sync_s
         rows["emb"][emb[-1].pp_rank] += program.embedding_sync_s
+    replayed: dict[str, np.ndarray] = {}
+    if SCHEDULES.index(sched.kind) == _REPLAYED:
+        def free(pc: PhaseCost) -> float:
+            return max(pc.busy_s, pc.host_s)  # the host ahead: the slower side
+
+        ends, held = replay_order(sched.kind, pp, sched.n_micro_batch, v,
+                                  [(ch.pp_rank, ch.vchunk, free(cc.fwd), free(cc.bwd), free(cc.w), ch.send_fwd_s,
+                                    ch.send_bwd_s) for ch, cc in zip(program.chunks, costs, strict=True)])
+        replayed = {"pipeline_end_s": ends[None], "held_chunks": held[None]}
     return StageBatch(
         pp=np.array([pp]), vpp=np.array([v]), micro_batches=np.array([sched.n_micro_batch]),
         schedule=np.array([SCHEDULES.index(sched.kind)]), max_ongoing=np.array([sched.max_ongoing_micro_batch or 0]),
@@ -436,4 +467,63 @@ def program_batch(program: Program, optimizer_s: dict[int, float], static_bytes:
         embedding_s=np.array([rows["emb"]]), optimizer_s=np.array([[optimizer_s.get(r, 0.0) for r in range(pp)]]),
         post_s=np.array([rows["post"]]), static_bytes=np.array([[static_bytes.get(r, 0.0) for r in range(pp)]]),
         act_bytes=act[None], fwd_peak_bytes=np.array([rows["pf"]]),
-        bwd_peak_bytes=np.array([rows["pb"]]), w_held_bytes=np.array([rows["wh"]]))
+        bwd_peak_bytes=np.array([rows["pb"]]), w_held_bytes=np.array([rows["wh"]]), **replayed)
+
+
+def replay_order(kind: str, pp: int, m: int, v: int,
+                 chunks: list[tuple[int, int, float, float, float, float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """A schedule's per-rank orders (strategy.schedules) played as a max-plus recurrence: each item starts when its
+    rank finished the item before it and its inputs arrived (a forward the previous chunk's forward plus that
+    chunk's send, a backward its own forward and the next chunk's backward plus its send, a W its B). `chunks`: per
+    pipeline chunk in order (rank, virtual chunk, F, B, W seconds per micro-batch, forward send, backward send).
+    Returns per rank the end of its last B or W, and the chunk forwards it holds per virtual chunk at its
+    activation peak (F to B) less the forward that reaches the peak. Exact for the orders on these costs; what it
+    leaves to the event engine: links shared by concurrent sends and the host's wait on them."""
+    from ..strategy.schedules import chunk_index, schedule_order
+
+    n_chunks = len(chunks)
+    cost = {(r, vc): (f, b, w, sf, sb) for r, vc, f, b, w, sf, sb in chunks}
+    orders = [schedule_order(kind, pp, m, r, v) for r in range(pp)]
+    ready: dict[tuple[str, int, int], float] = {}  # by (phase, micro-batch, chunk): its end plus its send
+    pos, free = [0] * pp, [0.0] * pp
+    last_bw = np.zeros(pp)
+    moved = True
+    while moved:
+        moved = False
+        for r in range(pp):
+            order = orders[r]
+            while pos[r] < len(order):
+                ph, mb, vc = order[pos[r]]
+                c = chunk_index(r, vc, pp, kind)
+                f, b, w, sf, sb = cost[(r, vc)]
+                if ph == "F":
+                    deps = (("F", mb, c - 1),) if c > 0 else ()
+                elif ph == "B":
+                    deps = (("F", mb, c), ("B", mb, c + 1)) if c < n_chunks - 1 else (("F", mb, c),)
+                else:
+                    deps = (("B", mb, c),)
+                if any(d not in ready for d in deps):
+                    break
+                start = max(free[r], *(ready[d] for d in deps)) if deps else free[r]
+                end = start + (f if ph == "F" else b if ph == "B" else w)
+                free[r] = end
+                ready[(ph, mb, c)] = end + (sf if ph == "F" else sb if ph == "B" else 0.0)
+                if ph != "F":
+                    last_bw[r] = end
+                pos[r] += 1
+                moved = True
+    if any(pos[r] < len(orders[r]) for r in range(pp)):
+        raise ValueError(f"the {kind} orders deadlock (pp={pp}, m={m})")
+    held = np.zeros((pp, v))
+    for r in range(pp):
+        count, top, best = [0] * v, -1, np.zeros(v)
+        for ph, _, vc in orders[r]:
+            if ph == "F":
+                count[vc] += 1
+                if sum(count) > top:
+                    top, best = sum(count), np.array(count, dtype=float)
+                    best[vc] -= 1  # the forward reaching the peak: its transient peak is counted on top
+            elif ph == "B":
+                count[vc] -= 1
+        held[r] = best
+    return last_bw, held
