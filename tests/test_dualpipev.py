@@ -231,3 +231,22 @@ def test_the_cli_refuses_a_short_batch_in_one_line(tmp_path) -> None:  # noqa: A
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "global_batch" in proc.stderr and "2 x pp" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_the_bottom_of_the_v_hands_over_whole() -> None:
+    """The last rank's two chunks hand over without a send: nothing scattered over tp to gather again, no bytes
+    on a link; every other chunk boundary sends (tp 2: 1/tp of the hand-off per rank, Megatron's scatter-gather)."""
+    from trainsim.api import costed_program, job_tree
+
+    job = _job("dualpipev", tp=2, dp=1)
+    cl, _, tree = job_tree(api.JobConfig.model_validate(job))
+    chunks = costed_program(tree, cl, api.JobConfig.model_validate(job).simulation).program.chunks
+    p = 4
+    assert chunks[p - 1].pp_rank == chunks[p].pp_rank == p - 1
+    assert chunks[p - 1].send_fwd_bytes == 0 and chunks[p - 1].send_fwd_s == 0
+    assert chunks[p].send_bwd_bytes == 0 and chunks[p].send_bwd_s == 0
+    for c in range(2 * p - 1):
+        if c != p - 1:
+            assert chunks[c].send_fwd_bytes > 0 and chunks[c].send_fwd_s > 0
+    gathers = [[s for s in ch.fwd[:3] if s.collective == "all_gather"] for ch in chunks]
+    assert not gathers[p] and all(gathers[c] for c in range(1, 2 * p) if c != p)  # received scattered: gathered

@@ -1196,7 +1196,9 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
         # the layer's tied weight is stored by its tie target on this rank
         tied = [node.layer.tied_to is not None and rank_of.get(node.layer.tied_to) == rank_of[node.layer.name]
                 for node, _ in entries]
-        sends = c < n_chunks - 1
+        # a pipeline send to the next chunk; none where it runs on the same rank (the bottom of DualPipeV's V hands
+        # its output over whole, with no scatter over tp to gather again)
+        sends = c < n_chunks - 1 and chunks[c + 1].pp_rank != ch.pp_rank
         key = (lw.chunk_key(entries, tied), _tensor_key(prev), _tensor_key(received), sends) if cache else None
         keys.append(key)
         fwd = _templated(templates, key and ("fwd", *key), ch, entries, True,
@@ -1211,7 +1213,7 @@ def lower(tree: StrategyTree, precision: Precision, *, cache: bool = True) -> Pr
     grad: Tensor | None = None
     for c in range(n_chunks - 1, -1, -1):
         ch, entries, key = chunks[c], by_chunk[c], keys[c]
-        sends = c > 0
+        sends = c > 0 and chunks[c - 1].pp_rank != ch.pp_rank
         grad = _templated(templates, key and ("bwd", *key, _tensor_key(grad), sends), ch, entries, False,
                           partial(lw.backward_chunk, ch, entries, forwards[c], grad, sends), copies)
     replicas = mesh.world_size // mesh.pp  # ranks per pipeline stage
