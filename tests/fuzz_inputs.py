@@ -60,6 +60,7 @@ SIMULATE_FLAGS: dict[str, st.SearchStrategy[str] | None] = {
     "--master-weights": None, "--no-master-weights": None,
     "--optimizer": _choice(["adam", "adam_8bit", "adafactor", "muon", "sgd"]),
     "--optimizer-in-backward": None, "--grad-bucket-copy": None, "--fp8-params": None,
+    "--fp8-activations": None,
     "--exact": None, "--no-bandwidth-sharing": None, "--granularity": _choice(["auto", "layer", "op"]),
     "--fidelity": _choice(["event", "analytic"]), "--max-micro-batch": None,
 }

@@ -410,3 +410,42 @@ def test_muon_keeps_one_momentum_per_block_matrix_by_hand() -> None:
     block_matrices = L * 12 * H * H
     r = simulate(_small_job(one, {"optimizer": "muon"})).memory[0].components_bytes
     assert r["optimizer_states"] == pytest.approx(12 * n - 4 * block_matrices, rel=1e-12)
+
+
+def test_fp8_activations_cache_the_blocks_linear_inputs_in_one_byte() -> None:
+    """simulation.fp8_activations (DeepSeek-V3's low-precision activation storage): the input each block linear
+    keeps for its backward takes 1 byte and a 1x128 tile's fp32 scale instead of 2; the output layer's does not,
+    nor do the other saved tensors (norm inputs, attention's); the times do not change."""
+    from trainsim.api import costed_program, job_tree
+    from trainsim.config import JobConfig
+    from trainsim.strategy.precision import FP8_ACTIVATION_BYTES
+
+    steps = {}
+    results = {}
+    for cached in (False, True):
+        job = _small_job({"dp": 1, "micro_batch": 1, "global_batch": 1}, {"dtype": "fp8", "fp8_activations": cached})
+        job["cluster"] = {"name": "dgx-h100", "nodes": 1, "gpus_per_node": 1}
+        cfg = JobConfig.model_validate(job)
+        cl, _, tree = job_tree(cfg)
+        program = costed_program(tree, cl, cfg.simulation).program
+        steps[cached] = {s.label: s.alloc_bytes for ch in program.chunks for s in ch.fwd if s.kind == "compute"}
+        results[cached] = simulate(job)
+    plain, fp8 = steps[False], steps[True]
+    assert plain.keys() == fp8.keys()
+    block = [k for k in plain if k.startswith("layers.0.")]
+    linears = [k for k in block if k.split(".")[-1] in ("qkv", "proj", "fc1", "fc2")]
+    assert len(linears) == 4
+    for k in linears:  # the input of a linear is all it keeps (b x s x its input width, bf16 -> fp8 + scales)
+        assert fp8[k] == pytest.approx(plain[k] * FP8_ACTIVATION_BYTES / 2, rel=1e-12), k
+    assert any(fp8[k] == plain[k] > 0 for k in block if k not in linears)  # norm inputs, attention: unchanged
+    head = [k for k in plain if not k.startswith("layers.") and plain[k] > 0]
+    assert head and all(fp8[k] == plain[k] for k in head)
+    assert results[True].iteration_time_s == pytest.approx(results[False].iteration_time_s, rel=1e-12)
+    assert results[True].memory[0].activation_peak_bytes < results[False].memory[0].activation_peak_bytes
+
+
+def test_fp8_activations_need_fp8_training() -> None:
+    from trainsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="simulation.fp8_activations"):
+        simulate(_small_job({"dp": 1, "micro_batch": 1, "global_batch": 1}, {"dtype": "bf16", "fp8_activations": True}))

@@ -176,6 +176,9 @@ def simulate(
     fp8_params: Annotated[bool | None, Opt("--fp8-params/--no-fp8-params",
                                            help="with --dtype fp8: the blocks' linear weights kept and all-gathered "
                                                 "in FP8 (Megatron --fp8-param-gather)")] = None,
+    fp8_activations: Annotated[bool | None, Opt("--fp8-activations/--no-fp8-activations",
+                                                help="with --dtype fp8: the blocks' linear inputs cached for the "
+                                                     "backward in FP8 (DeepSeek-V3)")] = None,
     gamma: Annotated[float | None, Opt(help="compute slowdown while overlapped with grad comm (Proteus)")] = None,
     exact: Annotated[bool | None, Opt("--exact/--symmetric", help="simulate every rank (slow) or rank classes")] = None,
     bandwidth_sharing: Annotated[bool | None, Opt("--bandwidth-sharing/--no-bandwidth-sharing",
@@ -238,7 +241,7 @@ def simulate(
                      "tree": str(strategy_tree) if strategy_tree is not None else None},
         "simulation": {"dtype": dtype, "master_weights": master_weights, "optimizer": optimizer,
                        "optimizer_in_backward": optimizer_in_backward, "grad_bucket_copy": grad_bucket_copy,
-                       "fp8_params": fp8_params,
+                       "fp8_params": fp8_params, "fp8_activations": fp8_activations,
                        "gamma": gamma, "exact": exact, "granularity": granularity,
                        "fidelity": fidelity, "calibration": calibration, "comm_model": comm_model,
                        "scheduler": scheduler, "bandwidth_sharing": bandwidth_sharing, "semantics": semantics,

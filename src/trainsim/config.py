@@ -425,6 +425,10 @@ class SimulationSpec(_Strict):
                              "all-gather in FP8), torchao's float8 all-gather of FSDP shards. The transformer "
                              "blocks' linear weights only (embeddings, norms and the output layer stay); needs "
                              "dtype fp8")
+    fp8_activations: bool = Field(False, description="the FP8 GEMMs' inputs cached for their backward in FP8 "
+                                  "(1 byte and a 1x128 tile's scale) instead of BF16: DeepSeek-V3's low-precision "
+                                  "activation storage. The transformer blocks' linear layers and experts only; "
+                                  "needs dtype fp8")
     expandable_segments: bool = Field(False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: "
                                       "the caching allocator grows one segment per pool instead of one per "
                                       "request, which removes most fragmentation from peak_reserved")
@@ -501,6 +505,9 @@ class JobConfig(_Strict):
         if sim.fp8_params and sim.dtype != "fp8":
             raise ConfigError("simulation.fp8_params", f"keeps the FP8 GEMMs' weights in FP8, but the job trains in "
                               f"{sim.dtype}", "set simulation.dtype: fp8, or drop fp8_params")
+        if sim.fp8_activations and sim.dtype != "fp8":
+            raise ConfigError("simulation.fp8_activations", f"caches the FP8 GEMMs' inputs in FP8, but the job trains "
+                              f"in {sim.dtype}", "set simulation.dtype: fp8, or drop fp8_activations")
         if s.tree is not None:
             return self
         if sim.grad_bucket_copy:

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
-from ..strategy.precision import NF4_BYTES_PER_PARAM, Precision
+from ..strategy.precision import FP8_ACTIVATION_BYTES, NF4_BYTES_PER_PARAM, Precision
 from ..strategy.presets import EXPERT_OPS
 from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_place
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree, recompute_modules
@@ -511,16 +511,17 @@ class _Lowerer:
         return self.templates.value(("recompute", self.templates.layer_key(layer), recompute),
                                     lambda: recompute_plan(layer.ops, modules))
 
-    def _tensor_bytes(self, op: Op, t: SavedTensor, leaf: LeafConfig, split: Split) -> float:
+    def _tensor_bytes(self, op: Op, t: SavedTensor, leaf: LeafConfig, split: Split, layer: Layer) -> float:
         s = split if t.as_used else {**split, **leaf.saved.get((op.name, t.name), {})}
-        return tensor_bytes(op, t.dims, s, self.mesh, t.bytes_per_elem * self.act_scale)
+        fp8 = self.prec.fp8_activations and t.name == "input" and _fp8_gemm(layer, op)  # cached in FP8
+        return tensor_bytes(op, t.dims, s, self.mesh, FP8_ACTIVATION_BYTES if fp8 else t.bytes_per_elem * self.act_scale)
 
-    def _saved(self, op: Op, leaf: LeafConfig, split: Split, recompute: str, plan: RecomputePlan | None
-               ) -> tuple[float, float]:
+    def _saved(self, op: Op, layer: Layer, leaf: LeafConfig, split: Split, recompute: str,
+               plan: RecomputePlan | None) -> tuple[float, float]:
         """(bytes kept from forward, bytes re-materialised by recompute) of one op."""
         kept = recomputed = 0.0
         for t in op.saved:
-            b = self._tensor_bytes(op, t, leaf, split)
+            b = self._tensor_bytes(op, t, leaf, split, layer)
             if recompute == "full" or (plan is not None and (op.name, t.name) in plan.dropped):
                 recomputed += b
             else:
@@ -533,7 +534,7 @@ class _Lowerer:
         for consumer, name in plan.remakes.get(op.name, ()):
             c = next(o for o in layer.ops if o.name == consumer)
             t = next(x for x in c.saved if x.name == name)
-            total += self._tensor_bytes(c, t, leaf, leaf.ops.get(c.name, {}))
+            total += self._tensor_bytes(c, t, leaf, leaf.ops.get(c.name, {}), layer)
         return total
 
     def _transient(self, op: Op, split: Split) -> float:
@@ -608,7 +609,7 @@ class _Lowerer:
                 expert = op.name in EXPERT_OPS or (made_by is not None and made_by.name in EXPERT_OPS)
                 self._collectives(steps, src[0], dims, split, size, layer.name, phase, f"{layer.name}.{op.name}.in{i}",
                                   expert)
-            kept, recomputed = self._saved(op, leaf, split, recompute, plan)
+            kept, recomputed = self._saved(op, layer, leaf, split, recompute, plan)
             if run:
                 if phase == "fwd":
                     alloc = kept
@@ -648,7 +649,7 @@ class _Lowerer:
             if grad is not None:
                 self._collectives(steps, grad[0], op.output, split, grad[1], layer.name, "bwd",
                                   f"{layer.name}.{op.name}.dout", op.name in EXPERT_OPS or op.name == "dispatch")
-            kept, recomputed = self._saved(op, leaf, split, recompute, plan)
+            kept, recomputed = self._saved(op, layer, leaf, split, recompute, plan)
             free = kept + recomputed
             if recompute == "full" and k == 0 and prev is not None:
                 free += prev[1]

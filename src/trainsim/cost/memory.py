@@ -101,4 +101,5 @@ def job_precision(tree: StrategyTree, device: Device, sim: SimulationSpec) -> Pr
     return Precision.named(device.training_dtype if sim.dtype == "auto" else sim.dtype,
                            master_weights=sim.master_weights, optimizer=sim.optimizer,
                            grad_buffers=2 if sim.grad_bucket_copy else 1,
-                           optimizer_in_backward=sim.optimizer_in_backward, fp8_params=sim.fp8_params)
+                           optimizer_in_backward=sim.optimizer_in_backward, fp8_params=sim.fp8_params,
+                           fp8_activations=sim.fp8_activations)

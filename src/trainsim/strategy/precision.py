@@ -18,6 +18,9 @@ ADAM_8BIT_STATE_BYTES = 2 * (1.0 + 4.0 / ADAM_8BIT_BLOCK)
 """Both 8-bit Adam moments per parameter: one byte each plus each block's fp32 scale (2.0039 B)."""
 FP8_PARAM_BYTES = 1.0
 """An FP8 (E4M3) weight element; its per-tensor scale is negligible."""
+FP8_ACTIVATION_BYTES = 1.0 + 4.0 / 128
+"""A cached FP8 activation element with its share of a 1 x 128 tile's fp32 scale (DeepSeek-V3's fine-grained
+quantisation, arXiv 2412.19437 sec. 3.3.2)."""
 NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
 """A 4-bit NormalFloat weight with double-quantised block scales: 4 bits, an 8-bit absmax per block of 64 and an
 fp32 scale per 256 blocks (Dettmers et al. 2023, QLoRA, section 3: 4.127 bits per parameter)."""
@@ -57,6 +60,9 @@ class Precision:
     # Muon (Jordan et al. 2024, Megatron-Core's): a block's weight matrix keeps one momentum of these bytes where
     # AdamW keeps two (0: not Muon); optimizer_bytes counts AdamW's, lowering takes one moment off each matrix
     muon_moment_bytes: float = 0.0
+    # the FP8 GEMMs' inputs kept for their backward in FP8 (FP8_ACTIVATION_BYTES each) instead of the activation
+    # dtype: DeepSeek-V3's low-precision activation caching (arXiv 2412.19437, sec. 3.3.3)
+    fp8_activations: bool = False
 
     def weight_bytes(self, fp8_gemm: bool) -> float:
         """Bytes of one stored weight element: FP8_PARAM_BYTES for an FP8 GEMM's (`fp8_gemm`) when the weights
@@ -65,13 +71,15 @@ class Precision:
 
     @classmethod
     def named(cls, dtype: str, *, master_weights: bool = True, optimizer: OptimizerKind = "adam",
-              grad_buffers: int = 1, optimizer_in_backward: bool = False, fp8_params: bool = False) -> Precision:
+              grad_buffers: int = 1, optimizer_in_backward: bool = False, fp8_params: bool = False,
+              fp8_activations: bool = False) -> Precision:
         """The precision of training in `dtype`. master_weights: an fp32 master copy with fp32 optimizer states
         (mixed precision, the default); False: weights, gradients and optimizer states all in the training dtype
         (PyTorch Lightning's bf16-true, torchtune's bf16). optimizer: adam (two moments), adam_8bit (two
         block-wise quantised 8-bit moments, ADAM_8BIT_STATE_BYTES), adafactor (one moment, factored per matrix
         by lowering) or muon (Adam's two moments, one taken off each block matrix by lowering). fp8_params: the
-        FP8 GEMMs' weights stored in FP8 (fp8 training only). fp32 and tf32 train without a master copy
+        FP8 GEMMs' weights stored in FP8 (fp8 training only); fp8_activations: their inputs cached for the
+        backward in FP8 (fp8 training only). fp32 and tf32 train without a master copy
         (the weights are fp32 already): master_weights changes nothing there."""
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {optimizer!r}; one of {', '.join(OPTIMIZERS)}")
@@ -91,9 +99,12 @@ class Precision:
             grads = weight
         if fp8_params and base.compute_dtype != "fp8":
             raise ValueError(f"fp8_params keeps FP8 GEMMs' weights in FP8; {dtype} training has none")
+        if fp8_activations and base.compute_dtype != "fp8":
+            raise ValueError(f"fp8_activations caches FP8 GEMMs' inputs in FP8; {dtype} training has none")
         return cls(base.compute_dtype, base.param_bytes, grads, master + moments, base.activation_bytes,
                    grad_buffers, optimizer_in_backward, fp8_params,
-                   moments if optimizer == "adafactor" else 0.0, moments / 2 if optimizer == "muon" else 0.0)
+                   moments if optimizer == "adafactor" else 0.0, moments / 2 if optimizer == "muon" else 0.0,
+                   fp8_activations)
 
     @classmethod
     def _mixed(cls, dtype: str) -> Precision:
