@@ -449,3 +449,25 @@ def test_fp8_activations_need_fp8_training() -> None:
 
     with pytest.raises(ConfigError, match="simulation.fp8_activations"):
         simulate(_small_job({"dp": 1, "micro_batch": 1, "global_batch": 1}, {"dtype": "bf16", "fp8_activations": True}))
+
+
+def test_fp8_activations_leave_the_router_and_cache_the_experts() -> None:
+    """A MoE block under fp8_activations: the experts' linear inputs are cached in FP8, the router's input stays
+    in BF16 (DeepSeek-V3 keeps its gating in higher precision)."""
+    from trainsim.api import costed_program, job_tree
+    from trainsim.config import JobConfig
+    from trainsim.strategy.precision import FP8_ACTIVATION_BYTES
+
+    allocs = []
+    for cached in (False, True):
+        job = {"model": {"name": "mixtral-8x7b", "layers": 2, "seq_len": 1024},
+               "cluster": {"name": "dgx-h100", "nodes": 1}, "strategy": {"ep": 8, "dp": 8, "global_batch": 8},
+               "simulation": {"dtype": "fp8", "fp8_activations": cached}}
+        cfg = JobConfig.model_validate(job)
+        cl, _, tree = job_tree(cfg)
+        chunk = costed_program(tree, cl, cfg.simulation).program.chunks[0]
+        allocs.append({s.label: s.alloc_bytes for s in chunk.fwd if s.label.startswith("layers.0.")})
+    plain, fp8 = allocs
+    assert fp8["layers.0.router"] == plain["layers.0.router"] > 0
+    for k in ("layers.0.expert_fc1", "layers.0.qkv", "layers.0.proj"):
+        assert fp8[k] == pytest.approx(plain[k] * FP8_ACTIVATION_BYTES / 2, rel=1e-12), k

@@ -513,7 +513,9 @@ class _Lowerer:
 
     def _tensor_bytes(self, op: Op, t: SavedTensor, leaf: LeafConfig, split: Split, layer: Layer) -> float:
         s = split if t.as_used else {**split, **leaf.saved.get((op.name, t.name), {})}
-        fp8 = self.prec.fp8_activations and t.name == "input" and _fp8_gemm(layer, op)  # cached in FP8
+        # cached in FP8: a block linear's input (not the MoE router's, which stays in higher precision: DeepSeek-V3
+        # sec. 3.3.1)
+        fp8 = self.prec.fp8_activations and t.name == "input" and _fp8_gemm(layer, op) and op.name != "router"
         return tensor_bytes(op, t.dims, s, self.mesh, FP8_ACTIVATION_BYTES if fp8 else t.bytes_per_elem * self.act_scale)
 
     def _saved(self, op: Op, layer: Layer, leaf: LeafConfig, split: Split, recompute: str,
