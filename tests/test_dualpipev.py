@@ -213,11 +213,11 @@ def test_the_analytic_replay_is_the_executors(p: int, m: int, costs: tuple[float
      "strategy": {"pp": 8, "dp": 1, "global_batch": 96, "schedule": "dualpipev"}},
 ])
 def test_analytic_tier_follows_the_event_simulation(job: dict) -> None:
-    """The analytic tier replays DualPipeV's order on the per-chunk costs: within 2% of the event simulation,
-    which adds the hosts' waits on the sends and the links they share."""
+    """The analytic tier replays DualPipeV's order on the per-chunk costs, the hosts waiting on their sends: within
+    1% of the event simulation (which adds the links the sends share and the hosts' own pace)."""
     event = api.simulate(job)
     analytic = api.simulate({**job, "simulation": {"fidelity": "analytic"}})
-    assert analytic.iteration_time_s == pytest.approx(event.iteration_time_s, rel=0.02)
+    assert analytic.iteration_time_s == pytest.approx(event.iteration_time_s, rel=0.01)
     for a, e in zip(analytic.memory, event.memory, strict=True):
         assert a.peak_bytes == pytest.approx(e.peak_bytes, rel=0.05)
 

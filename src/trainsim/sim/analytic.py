@@ -453,7 +453,8 @@ def program_batch(program: Program, optimizer_s: dict[int, float], static_bytes:
 
         ends, held = replay_order(sched.kind, pp, sched.n_micro_batch, v,
                                   [(ch.pp_rank, ch.vchunk, free(cc.fwd), free(cc.bwd), free(cc.w), ch.send_fwd_s,
-                                    ch.send_bwd_s) for ch, cc in zip(program.chunks, costs, strict=True)])
+                                    ch.send_bwd_s) for ch, cc in zip(program.chunks, costs, strict=True)],
+                                  host_sync and pp > 1)
         replayed = {"pipeline_end_s": ends[None], "held_chunks": held[None]}
     return StageBatch(
         pp=np.array([pp]), vpp=np.array([v]), micro_batches=np.array([sched.n_micro_batch]),
@@ -470,21 +471,25 @@ def program_batch(program: Program, optimizer_s: dict[int, float], static_bytes:
         bwd_peak_bytes=np.array([rows["pb"]]), w_held_bytes=np.array([rows["wh"]]), **replayed)
 
 
-def replay_order(kind: str, pp: int, m: int, v: int,
-                 chunks: list[tuple[int, int, float, float, float, float, float]]) -> tuple[np.ndarray, np.ndarray]:
+def replay_order(kind: str, pp: int, m: int, v: int, chunks: list[tuple[int, int, float, float, float, float, float]],
+                 host_sync: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """A schedule's per-rank orders (strategy.schedules) played as a max-plus recurrence: each item starts when its
     rank finished the item before it and its inputs arrived (a forward the previous chunk's forward plus that
     chunk's send, a backward its own forward and the next chunk's backward plus its send, a W its B). `chunks`: per
     pipeline chunk in order (rank, virtual chunk, F, B, W seconds per micro-batch, forward send, backward send).
-    Returns per rank the end of its last B or W, and the chunk forwards it holds per virtual chunk at its
-    activation peak (F to B) less the forward that reaches the peak. Exact for the orders on these costs; what it
-    leaves to the event engine: links shared by concurrent sends and the host's wait on them."""
+    `host_sync`: the rank's host waits for each of its sends to finish before it issues the next item (Megatron's
+    batch_p2p_sync, the engine's p2p_host_sync). Returns per rank the end of its last B or W, and the chunk
+    forwards it holds per virtual chunk at its activation peak (F to B) less the forward that reaches the peak.
+    Exact for the orders on these costs; what it leaves to the event engine: links shared by concurrent sends, the
+    host's own pace against the GPU's."""
     from ..strategy.schedules import chunk_index, schedule_order
 
     n_chunks = len(chunks)
     cost = {(r, vc): (f, b, w, sf, sb) for r, vc, f, b, w, sf, sb in chunks}
     orders = [schedule_order(kind, pp, m, r, v) for r in range(pp)]
-    ready: dict[tuple[str, int, int], float] = {}  # by (phase, micro-batch, chunk): its end plus its send
+    # by (phase, micro-batch, chunk): when it ended, and when what it sends arrives at the neighbouring chunk
+    ended: dict[tuple[str, int, int], float] = {}
+    arrived: dict[tuple[str, int, int], float] = {}
     pos, free = [0] * pp, [0.0] * pp
     last_bw = np.zeros(pp)
     moved = True
@@ -496,18 +501,20 @@ def replay_order(kind: str, pp: int, m: int, v: int,
                 ph, mb, vc = order[pos[r]]
                 c = chunk_index(r, vc, pp, kind)
                 f, b, w, sf, sb = cost[(r, vc)]
-                if ph == "F":
-                    deps = (("F", mb, c - 1),) if c > 0 else ()
-                elif ph == "B":
-                    deps = (("F", mb, c), ("B", mb, c + 1)) if c < n_chunks - 1 else (("F", mb, c),)
-                else:
-                    deps = (("B", mb, c),)
-                if any(d not in ready for d in deps):
+                # its own chunk's earlier phase (ended) and the neighbouring chunk's hand-off (arrived)
+                own = ("F", mb, c) if ph == "B" else ("B", mb, c) if ph == "W" else None
+                hand = None
+                if ph == "F" and c > 0:
+                    hand = ("F", mb, c - 1)
+                elif ph == "B" and c < n_chunks - 1:
+                    hand = ("B", mb, c + 1)
+                if (own is not None and own not in ended) or (hand is not None and hand not in arrived):
                     break
-                start = max(free[r], *(ready[d] for d in deps)) if deps else free[r]
+                start = max(free[r], ended[own] if own is not None else 0.0, arrived[hand] if hand is not None else 0.0)
                 end = start + (f if ph == "F" else b if ph == "B" else w)
-                free[r] = end
-                ready[(ph, mb, c)] = end + (sf if ph == "F" else sb if ph == "B" else 0.0)
+                ended[(ph, mb, c)] = end
+                arrived[(ph, mb, c)] = end + (sf if ph == "F" else sb if ph == "B" else 0.0)
+                free[r] = arrived[(ph, mb, c)] if host_sync else end
                 if ph != "F":
                     last_bw[r] = end
                 pos[r] += 1
