@@ -18,6 +18,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pipeline_helpers import make_uniform_and_free, play_orders
 
 from trainsim import api
 from trainsim.compile.graph import build_graph, split_backward
@@ -37,34 +38,12 @@ CLUSTER = get_cluster("dgx-a100")
 
 
 def execute(kind: str, p: int, m: int, f_s: float, b_s: float, w_s: float, v: int = 1) -> float:
-    """The makespan of the per-rank orders of `kind` run as written: an item starts once its rank finished the
-    previous item and its inputs are done (a forward needs the chunk before's forward, a backward its own forward
-    and the chunk after's backward, a W its B); f_s, b_s, w_s per chunk (a schedule without W runs B + W as one
-    backward). Raises AssertionError on a deadlock."""
-    vs = 2 if kind == "dualpipev" else v
-    orders = [schedule_order(kind, p, m, r, vs) for r in range(p)]
-    n_chunks = p * vs
+    """The makespan of the per-rank orders of `kind` run as written (pipeline_helpers.play_orders); f_s, b_s, w_s per
+    chunk (a schedule without W runs B + W as one backward). Fails on a deadlock."""
+    orders = [schedule_order(kind, p, m, r, 2 if kind == "dualpipev" else v) for r in range(p)]
     split = kind in ("dualpipev", "zb-h1")
-    done: dict[tuple[str, int, int], float] = {}
-    pos, free = [0] * p, [0.0] * p
-    moved = True
-    while moved:
-        moved = False
-        for r in range(p):
-            while pos[r] < len(orders[r]):
-                ph, mb, vc = orders[r][pos[r]]
-                c = chunk_index(r, vc, p, kind)
-                deps = {"F": [("F", mb, c - 1)] if c > 0 else [],
-                        "B": [("F", mb, c)] + ([("B", mb, c + 1)] if c < n_chunks - 1 else []),
-                        "W": [("B", mb, c)]}[ph]
-                if any(d not in done for d in deps):
-                    break
-                dur = {"F": f_s, "B": b_s if split else b_s + w_s, "W": w_s}[ph]
-                done[(ph, mb, c)] = free[r] = max([free[r], *(done[d] for d in deps)]) + dur
-                pos[r] += 1
-                moved = True
-    assert all(pos[r] == len(orders[r]) for r in range(p)), "the orders deadlock"
-    return max(free)
+    return play_orders(orders, f_s, b_s if split else b_s + w_s, w_s,
+                       lambda r, vc: chunk_index(r, vc, p, kind))
 
 
 @settings(max_examples=80, deadline=None)
@@ -131,13 +110,7 @@ def _uniform_pipeline(p: int, m: int) -> tuple[float, float, float, float, int]:
     spec = ParallelSpec(pp=p, vpp=2, schedule="dualpipev", micro_batch=1, global_batch=m)
     program = lower(build_strategy(mdl, spec), Precision())
     annotate(program, CLUSTER, RooflineCompute(), HierarchicalAlphaBeta(CLUSTER))
-    for ch in program.chunks:
-        for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
-            s.host_s = 0.0
-            if s.kind != "compute" or not s.layer.startswith("layers."):
-                s.duration_s = 0.0
-        ch.send_fwd_s = ch.send_bwd_s = 0.0
-    program.embedding_sync_s = 0.0
+    make_uniform_and_free(program)
     graph = build_graph(program, granularity="op", optimizer_s=dict.fromkeys(range(p), 0.0))
     trace = run(graph, gamma=0.0, p2p_host_sync=False)
     per_chunk = set()

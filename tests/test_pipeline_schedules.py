@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pipeline_helpers import make_uniform_and_free
 
 from trainsim.compile.graph import build_graph
 from trainsim.compile.program import Program, lower
@@ -50,13 +51,7 @@ def pipeline(p: int, m: int, kind: str, v: int = 1, layers_per_chunk: int = 1) -
     spec = ParallelSpec(pp=p, vpp=v, schedule=kind, micro_batch=1, global_batch=m)
     program = lower(build_strategy(mdl, spec), Precision())
     annotate(program, CLUSTER, RooflineCompute(), HierarchicalAlphaBeta(CLUSTER))
-    for ch in program.chunks:
-        for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
-            s.host_s = 0.0  # GPU-bound: the closed forms have no framework overhead
-            if s.kind != "compute" or not s.layer.startswith("layers."):
-                s.duration_s = 0.0
-        ch.send_fwd_s = ch.send_bwd_s = 0.0
-    program.embedding_sync_s = 0.0
+    make_uniform_and_free(program)  # GPU-bound: the closed forms have no framework overhead
     graph = build_graph(program, granularity="op", optimizer_s=dict.fromkeys(range(p), 0.0))
     trace = run(graph, gamma=0.0, p2p_host_sync=False)
     rank0 = [ch for ch in program.chunks if ch.pp_rank == 0]

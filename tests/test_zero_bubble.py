@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pipeline_helpers import make_uniform_and_free, play_orders
 
 from trainsim import api
 from trainsim.compile.graph import ExecutionGraph, build_graph, predict_tasks, split_backward
@@ -45,32 +46,6 @@ def zb_time(p: int, m: int, f: float, b: float, w: float) -> float:
 
 
 # --- the per-rank orders ---------------------------------------------------------------------------------
-
-
-def _play(orders: list[list[tuple[str, int, int]]], f: float, b: float, w: float) -> float:
-    """Run the per-rank orders as list schedules (one item at a time per rank, in order): F on rank r waits for
-    F on r - 1, B for its own F and B on r + 1, W for its own B. Returns the makespan; fails on a deadlock."""
-    p = len(orders)
-    dur = {"F": f, "B": b, "W": w}
-    done: dict[tuple[int, str, int], float] = {}
-    pos, free_at = [0] * p, [0.0] * p
-    moved = True
-    while moved:
-        moved = False
-        for r in range(p):
-            while pos[r] < len(orders[r]):
-                ph, mb, _ = orders[r][pos[r]]
-                need = {"F": [(r - 1, "F", mb)] if r > 0 else [],
-                        "B": [(r, "F", mb)] + ([(r + 1, "B", mb)] if r < p - 1 else []),
-                        "W": [(r, "B", mb)]}[ph]
-                if any(d not in done for d in need):
-                    break
-                free_at[r] = max([free_at[r]] + [done[d] for d in need]) + dur[ph]
-                done[(r, ph, mb)] = free_at[r]
-                pos[r] += 1
-                moved = True
-    assert all(pos[r] == len(orders[r]) for r in range(p)), "the orders deadlock"
-    return max(free_at)
 
 
 @settings(max_examples=80, deadline=None)
@@ -103,8 +78,8 @@ def test_zb_h1_orders_are_complete_causal_and_within_1f1b_memory(p: int, m: int)
         assert sum(1 for x, _, _ in order[:first_w] if x == "B") == min(r, m - 1) + 1 and bs == list(range(m))
     # cross-rank causality: the orders run to completion (no deadlock) in the closed-form time
     for f, b, w in ((1.0, 1.0, 1.0), (1.0, 1.5, 0.5), (2.0, 1.0, 0.7), (1.0, 0.5, 1.5)):
-        assert _play(orders, f, b, w) == pytest.approx(zb_time(p, m, f, b, w), rel=1e-12)
-        assert _play([one_f_one_b(p, m, r) for r in range(p)], f, b + w, 0.0) == pytest.approx(
+        assert play_orders(orders, f, b, w) == pytest.approx(zb_time(p, m, f, b, w), rel=1e-12)
+        assert play_orders([one_f_one_b(p, m, r) for r in range(p)], f, b + w, 0.0) == pytest.approx(
             (m + p - 1) * (f + b + w), rel=1e-12)
 
 
@@ -197,13 +172,7 @@ def pipeline(p: int, m: int, kind: str, layers_per_chunk: int = 1, granularity: 
     program = lower(build_strategy(mdl, ParallelSpec(pp=p, schedule=kind, micro_batch=1, global_batch=m)),
                     Precision())
     annotate(program, CLUSTER, RooflineCompute(), HierarchicalAlphaBeta(CLUSTER))
-    for ch in program.chunks:
-        for s in ch.fwd + ch.bwd + ch.grad_sync + ch.post_step:
-            s.host_s = 0.0
-            if s.kind != "compute" or not s.layer.startswith("layers."):
-                s.duration_s = 0.0
-        ch.send_fwd_s = ch.send_bwd_s = 0.0
-    program.embedding_sync_s = 0.0
+    make_uniform_and_free(program)
     graph = build_graph(program, granularity=granularity, optimizer_s=dict.fromkeys(range(p), 0.0))
     trace = run(graph, gamma=0.0, p2p_host_sync=False)
     per: dict[tuple[int, int, str], float] = {}  # (stage, micro-batch, phase) -> seconds of its compute tasks

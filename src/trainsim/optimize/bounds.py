@@ -29,7 +29,7 @@ from ..cost.memory import RUNTIME_RESERVED_BYTES, workspace_bytes
 from ..errors import ConfigError
 from ..hardware.cluster import Cluster
 from ..strategy.presets import ParallelSpec, chunk_assignment, stage_layers
-from ..strategy.schedules import schedule_order
+from ..strategy.schedules import chunk_index, schedule_order
 from ..workload.ir import Model
 from .space import Candidate
 
@@ -234,7 +234,7 @@ class BoundModel:
             bwd[k] = sum(pieces.own["B"][x] for x in red) + sum(pieces.tail["B"][x] for x in red[1:])
             wgrad[k] = sum(pieces.wgrad_s[x] for x in red)
             act[k] = sum(pieces.act_bytes[x] for x in red)
-        stage_chunks = [[vc * pp + s for vc in range(v)] for s in range(pp)]
+        stage_chunks = [[chunk_index(s, vc, pp, c.schedule) for vc in range(v)] for s in range(pp)]
         stage_layers_red = [[dnames[x] for k in stage_chunks[s] for x in chunks[k]] for s in range(pp)]
         tails, occupancy, grad_work, static = [], [], [], []
         for s in range(pp):

@@ -46,7 +46,7 @@ import numpy as np
 
 from ..compile.graph import split_backward
 from ..compile.program import ChunkProgram, Program, Step, Stream
-from ..strategy.schedules import ZERO_BUBBLE_KINDS
+from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_index, schedule_order
 
 CATEGORIES = ("compute", "recompute", "tp", "cp", "ep", "dp", "offload")
 """Categories of a stage's compute-stream time per micro-batch (busy or waiting on a blocker)."""
@@ -447,7 +447,7 @@ def program_batch(program: Program, optimizer_s: dict[int, float], static_bytes:
         rows["emb"][emb[0].pp_rank] += program.embedding_sync_s
         rows["emb"][emb[-1].pp_rank] += program.embedding_sync_s
     replayed: dict[str, np.ndarray] = {}
-    if SCHEDULES.index(sched.kind) == _REPLAYED:
+    if sched.kind == SCHEDULES[_REPLAYED]:
         def free(pc: PhaseCost) -> float:
             return max(pc.busy_s, pc.host_s)  # the host ahead: the slower side
 
@@ -482,8 +482,6 @@ def replay_order(kind: str, pp: int, m: int, v: int, chunks: list[tuple[int, int
     forwards it holds per virtual chunk at its activation peak (F to B) less the forward that reaches the peak.
     Exact for the orders on these costs; what it leaves to the event engine: links shared by concurrent sends, the
     host's own pace against the GPU's."""
-    from ..strategy.schedules import chunk_index, schedule_order
-
     n_chunks = len(chunks)
     cost = {(r, vc): (f, b, w, sf, sb) for r, vc, f, b, w, sf, sb in chunks}
     orders = [schedule_order(kind, pp, m, r, v) for r in range(pp)]
