@@ -135,7 +135,8 @@ def test_batch_agrees_with_the_single_configuration_path() -> None:
                                              (2, 4, 2, "full", 3, "1f1b", 1), (1, 4, 1, "none", 1, "zb-h1", 1),
                                              (1, 2, 2, "none", 0, "1f1b", 3), (4, 2, 1, "selective", 0, "gpipe", 1),
                                              (1, 1, 4, "full", 3, "1f1b", 1), (2, 2, 1, "selective", 3, "zb-h1", 1),
-                                             (1, 2, 2, "none", 2, "1f1b", 2)]:
+                                             (1, 2, 2, "none", 2, "1f1b", 2), (1, 2, 1, "none", 1, "dualpipev", 2),
+                                             (2, 2, 2, "selective", 3, "dualpipev", 2)]:
         dp = 8 // (tp * pp)
         cands.append(Candidate(tp, pp, dp, 1, 1, vpp, tp > 1, mb, rc, zero, zero != 2, False, False, sched, 32))
     ab = AnalyticBatch(base, model, cl)

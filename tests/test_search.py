@@ -101,7 +101,8 @@ def _naive_count(space: SearchSpace, model: object, world: int, gpn: int, gb: in
         reason = _outer_reason(tp, pp, cp, ep, vpp, mb, world, gpn, space.tp_across_nodes, hyper["heads"],
                                hyper["kv_heads"], blocks, model.seq_len, 0, gb)
         if reason is None:
-            reason = _inner_reason(tp, pp, world // (tp * pp * cp), cp, vpp, sp, z, ogr, opg, tco, sc)
+            dp = world // (tp * pp * cp)
+            reason = _inner_reason(tp, pp, dp, cp, vpp, sp, z, ogr, opg, tco, sc, gb // (mb * dp))
         if reason:
             pruned[reason] += 1
         else:
@@ -333,3 +334,63 @@ def test_search_on_ray_matches_local() -> None:
     assert [r["key"] for r in remote.top] == [r["key"] for r in local.top]
     assert [r["iteration_time_s"] for r in remote.top] == [r["iteration_time_s"] for r in local.top]
     assert remote.pruned.get("memory_bound", 0) == local.pruned.get("memory_bound", 0)
+
+
+def test_dualpipev_enters_the_space_at_two_chunks_per_rank() -> None:
+    """DualPipeV candidates run a V of 2 x pp chunks (vpp 2) over a pipeline with at least 2 x pp micro-batches,
+    whatever pp divides; their strategy section keeps the schedule (vpp 2 alone would mean interleaving)."""
+    base, model, cl = _setup(_BOUND_JOB, 2)
+    space = SearchSpace(micro_batch=[1, 2], vpp=[1, 2, 4], cp=[1], schedule=["1f1b", "dualpipev"])
+    en = enumerate_space(space, model, cl.world_size, cl.gpus_per_node, 18)
+    dual = [c for c in en.candidates if c.schedule == "dualpipev"]
+    assert dual and all(c.vpp == 2 and c.pp > 1 and c.micro_batches >= 2 * c.pp for c in dual)
+    assert any(c.micro_batches % c.pp for c in dual)  # interleaving's groups of pp do not bind it
+    assert not any(c.schedule == "1f1b" and c.vpp > 1 and c.micro_batches % c.pp for c in en.candidates)
+    kept = {(c.tp, c.pp, c.dp, c.micro_batch) for c in dual}
+    for tp, pp, mb in product((1, 2, 4, 8), (2, 4, 8), (1, 2)):  # every pipeline the rules let through is there
+        dp = cl.world_size // (tp * pp)
+        if dp and 18 % (mb * dp) == 0 and 18 // (mb * dp) >= 2 * pp and tp <= cl.gpus_per_node and 8 % (2 * pp) == 0:
+            assert (tp, pp, dp, mb) in kept
+    s = dual[0].strategy()
+    assert s["schedule"] == "dualpipev" and s["vpp"] == 2
+    assert parse_job({**_BOUND_JOB, "strategy": s}).strategy.schedule == "dualpipev"
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_dualpipev_bounds_never_exceed_the_simulation(bound_setup: tuple[BoundModel, list[Candidate]],
+                                                      data: st.DataObject) -> None:
+    """The time and memory bounds stay below the event simulation's DualPipeV runs (its V: rank 0 holds the
+    embedding and the head, the bottom hands over without a send, the two arms drain interleaved)."""
+    bm, cands = bound_setup
+    dual = [c for c in cands if c.schedule == "dualpipev"]
+    c = data.draw(st.sampled_from(dual))
+    lb, mem = bm.bounds(c, refine=data.draw(st.booleans()))
+    row = evaluate({**_BOUND_JOB, "strategy": c.strategy()})
+    assert row["error"] is None, row["error"]
+    assert 0 < lb <= row["iteration_time_s"] * (1 + 1e-9), (c, lb, row["iteration_time_s"])
+    assert 0 < mem <= row["peak_memory_gib"] * 2**30 * (1 + 1e-9), c
+
+
+def test_in_flight_counts_of_dualpipev() -> None:
+    """DualPipeV's rank 0 holds the most chunk forwards at once (2 pp + 1 with the last warm-up's), the V's bottom
+    the fewest; the bound's count is the schedule's own."""
+    for p in (2, 4, 8):
+        held = _in_flight("dualpipev", p, 4 * p, 2)
+        assert held[0] == max(held) == 2 * p + 1
+        assert list(held) == sorted(held, reverse=True)
+
+
+def test_simulate_without_degrees_searches_dualpipev(tmp_path: object) -> None:
+    """`simulate --schedule dualpipev` with no parallel degree searches the pipelines DualPipeV can run (two
+    chunks per rank, at least 2 x pp micro-batches) and simulates the best with that schedule."""
+    from trainsim.cli import main
+
+    out = tmp_path / "d.json"
+    main(["simulate", "--model", "gpt3-350m", "--cluster", "dgx-a100", "--nodes", "1", "--global-batch", "32",
+          "--schedule", "dualpipev", "--recompute", "none", "--json", str(out), "-q"])
+    data = json.loads(out.read_text())
+    chosen = data["strategy_search"]["chosen"]
+    assert chosen["schedule"] == data["strategy"]["schedule"] == "dualpipev"
+    assert data["strategy"]["vpp"] == 2 and data["strategy"]["pp"] > 1
+    assert data["strategy"]["grad_accumulation"] >= 2 * data["strategy"]["pp"]

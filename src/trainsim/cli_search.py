@@ -234,7 +234,7 @@ def wants_search(data: dict[str, Any]) -> bool:
     cluster = data.get("cluster") if isinstance(data.get("cluster"), dict) else {}
     if any(strat.get(k) is not None for k in (*DEGREES, "tree")) or cluster.get("topology") is not None:
         return False
-    if strat.get("schedule") not in (None, "1f1b", "zb-h1"):
+    if strat.get("schedule") not in (None, "1f1b", "zb-h1", "dualpipev"):
         return False
     return all(k in _AUTO_FIXED for k, v in strat.items() if v is not None)
 

@@ -45,8 +45,18 @@ from ..cost.comm import CommModel
 from ..cost.memory import RUNTIME_RESERVED_BYTES, workspace_bytes
 from ..errors import ConfigError
 from ..hardware.cluster import Cluster
-from ..sim.analytic import CATEGORIES, SCHEDULES, PhaseCost, StageBatch, evaluate, replay_layers, stack
+from ..sim.analytic import (
+    CATEGORIES,
+    SCHEDULES,
+    PhaseCost,
+    StageBatch,
+    evaluate,
+    replay_layers,
+    replay_order,
+    stack,
+)
 from ..strategy.mesh import DeviceMesh
+from ..strategy.schedules import chunk_index
 from ..strategy.tree import LeafConfig
 from ..workload.ir import Layer, Model
 from .space import Candidate
@@ -173,6 +183,7 @@ class AnalyticBatch:
         self._prices: dict[tuple, float] = {}
         self._tables: dict[tuple, tuple[int, Any]] = {}  # see _table
         self._composed: dict[Candidate, StageBatch] = {}  # see _one
+        self._replays: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # see _Compose.replayed
         self._sim: SimulationSpec | None = None
         self._precision = None
         self._compute = None
@@ -216,7 +227,7 @@ class AnalyticBatch:
     def _key(self, c: Candidate) -> tuple:
         """What changes the per-layer compute and feature-collective costs (not dp beyond placement, nor ZeRO)."""
         return (c.tp, c.cp, c.ep, self._feature_dp(c), c.micro_batch, c.sequence_parallel, c.recompute,
-                c.tp_comm_overlap, c.cp_comm, c.schedule == "zb-h1" and c.vpp == 1)
+                c.tp_comm_overlap, c.cp_comm, c.schedule == "dualpipev" or c.schedule == "zb-h1" and c.vpp == 1)
 
     def _piece_index(self, c: Candidate) -> int:
         key = self._key(c)
@@ -298,7 +309,7 @@ class AnalyticBatch:
 
     def _dp_index(self, c: Candidate) -> int:
         pp = 1 if c.pp == 1 else self._pp()
-        key = (c.tp, c.cp, c.ep, c.sequence_parallel, c.zero, c.dp, pp)
+        key = (c.tp, c.cp, c.ep, c.sequence_parallel, c.zero, c.dp, pp, c.schedule == "dualpipev")
         i = self._dp.get(key)
         if i is None:
             i = self._dp[key] = len(self._dp_list)
@@ -307,9 +318,12 @@ class AnalyticBatch:
 
     def dp_terms(self, c: Candidate) -> _DpTerms:
         """`c`'s data-parallel terms by role, priced on the reduced job's mesh with `c`'s data-parallel degree
-        (its stages: one without a pipeline, else two): what that reduced job's lowering and annotation give."""
+        (its stages: one without a pipeline, else two): what that reduced job's lowering and annotation give.
+        DualPipeV places the head on the embedding's rank: a tied embedding is one stored weight there, its
+        gradient summed locally, as without a pipeline."""
         self._piece_index(c)  # the simulation settings and precision come with the first reduced job
         pp = 1 if c.pp == 1 else self._pp()
+        dual = c.schedule == "dualpipev"
         tree, leaves, names = self._tree(c)
         mesh = DeviceMesh(tp=c.tp, cp=c.cp, ep=c.ep, dp=c.dp // c.ep, pp=pp)
         prec = self._precision
@@ -321,8 +335,8 @@ class AnalyticBatch:
             if layer.kind == "transformer" and name != blocks[0]:
                 continue  # every block alike: the first stands for them
             role = _dp_role(layer)
-            stage = pp - 1 if role.startswith("tail:") else 0
-            ls = layer_sync(tree, prec, layer, leaf, pp == 1 and layer.tied_to in leaves, mesh)
+            stage = pp - 1 if role.startswith("tail:") and not dual else 0
+            ls = layer_sync(tree, prec, layer, leaf, (pp == 1 or dual) and layer.tied_to in leaves, mesh)
             out.reduce_s[role] = sum(self._price(mesh, s, stage) for s in ls.grad_sync)
             out.post_s[role] = sum(self._price(mesh, s, stage) for s in ls.post_step)
             p, g, o = ls.states
@@ -430,6 +444,7 @@ class _Compose:
         self.kid, self.did = kid, did
         self.pp = np.array([c.pp for c in candidates])
         self.vpp = np.array([c.vpp for c in candidates])
+        self.dual = np.array([c.schedule == "dualpipev" for c in candidates])  # the V: rank r runs r and 2 pp - 1 - r
         chunks = self.pp * self.vpp
         if np.any(ab.blocks % chunks):
             bad = candidates[int(np.argmax(ab.blocks % chunks != 0))]
@@ -526,6 +541,11 @@ class _Compose:
         return {"fwd": empty, "bwd": empty, "w": empty, "last_bwd": z, "first_reduce": z, "reduce_s": z,
                 "post_s": z, "state_bytes": z, "optimizer_params": z}
 
+    @staticmethod
+    def model_chunk(vc: np.ndarray, rank: np.ndarray, p: np.ndarray, dual: np.ndarray) -> np.ndarray:
+        """The model's chunk a rank runs as virtual chunk vc (strategy.schedules.chunk_index, broadcast)."""
+        return np.where(dual & (vc == 1), 2 * p - 1 - rank, vc * p + rank)
+
     # stages
     def stage_rows(self, ch: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
         """Per stage type (s0: the first stage, sm: a middle one, sl: the last) and candidate: the sums and
@@ -535,7 +555,7 @@ class _Compose:
         valid = vc < v[:, None]
         rows: dict[str, dict[str, np.ndarray]] = {}
         for st, r in (("s0", 0 * p), ("sm", 1 + 0 * p), ("sl", p - 1)):
-            code = _kind_code(vc * p[:, None] + r[:, None], (p * v)[:, None])
+            code = _kind_code(self.model_chunk(vc, r[:, None], p[:, None], self.dual[:, None]), (p * v)[:, None])
             cnt = {kd: ((code == i) & valid).sum(axis=1) for i, kd in enumerate(KINDS)}
             present = {kd: c > 0 for kd, c in cnt.items()}
             row: dict[str, np.ndarray] = {}
@@ -584,9 +604,12 @@ class _Compose:
                                for f in ("send_fwd_s", "send_bwd_s", "embedding_s"))
         multi = mask & (pc > 1)
         vv = v[:, None].astype(float)
-        out["send_fwd_s"] = np.where(multi, send_f * (vv - (stage == pc - 1)), 0.0)
-        out["send_bwd_s"] = np.where(multi, send_b * (vv - (stage == 0)), 0.0)
-        out["embedding_s"] = np.where(multi & ((stage == 0) | (stage == pc - 1)), emb, 0.0)
+        dual = self.dual[:, None]
+        # DualPipeV: the V's bottom hands over on rank pp - 1 without a send, its ends (chunk 0 and 2 pp - 1) sit on
+        # rank 0, which also sums the tied embedding's gradient with itself
+        out["send_fwd_s"] = np.where(multi, send_f * (vv - (stage == pc - 1) - (dual & (stage == 0))), 0.0)
+        out["send_bwd_s"] = np.where(multi, send_b * (vv - (stage == 0) - (dual & (stage == pc - 1))), 0.0)
+        out["embedding_s"] = np.where(multi & ~dual & ((stage == 0) | (stage == pc - 1)), emb, 0.0)
         for key in ("reduce_s", "first_reduce_s", "last_layer_bwd_s", "post_s"):
             out[key] = spread(key)
         assert self.ab._compute is not None
@@ -599,18 +622,52 @@ class _Compose:
         out["w_held_bytes"] = spread("w_held")
         # activations a stage's forward keeps, per virtual chunk (vc p + r of the model)
         vc = np.arange(v_max)[None, None, :]
-        code = _kind_code(vc * pc[:, :, None] + stage[:, :, None], (p * v)[:, None, None])  # (N, P, V)
+        code = _kind_code(self.model_chunk(vc, stage[:, :, None], pc[:, :, None], dual[:, :, None]),
+                          (p * v)[:, None, None])  # (N, P, V)
         nets = np.stack([ch[kd]["fwd"].net for kd in KINDS], axis=1)  # (N, 4)
         act = nets[np.arange(n)[:, None, None], code]
         out["act_bytes"] = np.where(mask[:, :, None] & (vc < v[:, None, None]), act, 0.0)
         cands = self.candidates
+        if self.dual.any():
+            out["pipeline_end_s"], out["held_chunks"] = self.replayed(ch, send_f[:, 0], send_b[:, 0], p_max, v_max)
         return StageBatch(
             pp=p, vpp=v, micro_batches=np.array([c.micro_batches for c in cands]),
-            schedule=np.array([SCHEDULES.index("interleaved" if c.vpp > 1 else c.schedule) for c in cands]),
+            schedule=np.array([SCHEDULES.index(c.schedule if c.schedule == "dualpipev" or c.vpp == 1
+                                               else "interleaved") for c in cands]),
             max_ongoing=np.zeros(n, dtype=np.int64),
             overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in cands]),
             overlap_param_gather=np.array([c.overlap_param_gather for c in cands]),
             host_sync=np.full(n, self.ab._host_sync), gamma=np.full(n, self.gamma), **out)
+
+
+    def replayed(self, ch: dict[str, dict[str, Any]], send_f: np.ndarray, send_b: np.ndarray, p_max: int,
+                 v_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """The DualPipeV candidates' orders replayed (sim.analytic.replay_order, as the single-configuration
+        tier does on its own chunks): per stage the end of its last backward-side item and the chunk forwards
+        it holds at its activation peak; zeros for the other candidates. A Python loop over those candidates,
+        each O(pp x micro-batches), once per distinct replay (AnalyticBatch._replays)."""
+        ends, held = np.zeros((self.n, p_max)), np.zeros((self.n, p_max, v_max))
+        sync = self.ab._host_sync
+        for i in np.flatnonzero(self.dual):
+            p, m = int(self.pp[i]), self.candidates[i].micro_batches
+            # the chunks' phases follow from the compute key and the depth (and the data-parallel terms where
+            # ZeRO-3 gathers shift them): candidates apart only in other data-parallel knobs replay alike
+            key = (int(self.kid[i]), int(self.did[i]) if self.gathers else -1, p, m, sync)
+            if key in self.ab._replays:
+                ends[i, :p], held[i, :p, :2] = self.ab._replays[key]
+                continue
+            chunks = []
+            for r in range(p):
+                for vc in range(2):
+                    g = chunk_index(r, vc, p, "dualpipev")
+                    kind = KINDS[int(_kind_code(np.array(g), np.array(2 * p)))]
+                    f, b, w = (max(float(ch[kind][ph].busy[i]), float(ch[kind][ph].host[i])) for ph in PHASES)
+                    sf = 0.0 if g in (p - 1, 2 * p - 1) else float(send_f[i])
+                    sb = 0.0 if g in (0, p) else float(send_b[i])
+                    chunks.append((r, vc, f, b, w, sf, sb))
+            self.ab._replays[key] = replay_order("dualpipev", p, m, 2, chunks, sync)
+            ends[i, :p], held[i, :p, :2] = self.ab._replays[key]
+        return ends, held
 
 
 def _max_of(present: dict[str, np.ndarray], values: dict[str, np.ndarray]) -> np.ndarray:

@@ -29,7 +29,7 @@ from ..cost.memory import RUNTIME_RESERVED_BYTES, workspace_bytes
 from ..errors import ConfigError
 from ..hardware.cluster import Cluster
 from ..strategy.presets import ParallelSpec, chunk_assignment, stage_layers
-from ..strategy.schedules import chunk_index, schedule_order
+from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_index, schedule_order
 from ..workload.ir import Model
 from .space import Candidate
 
@@ -150,7 +150,7 @@ class BoundModel:
     def _chain_pieces(self, c: Candidate, refine: bool) -> tuple[_Pieces, dict[str, str]] | None:
         # ZeRO-3 gathers sit in the chain (and need the real data axis); without them the chain is shorter
         zero3 = c.dp if refine and c.zero == 3 else None
-        split = c.schedule == "zb-h1"  # ZB-H1 lowers every weighted GEMM's backward as dgrad + wgrad
+        split = c.schedule in ZERO_BUBBLE_KINDS  # ZB-H1 and DualPipeV lower weighted backwards as dgrad + wgrad
         key = (c.tp, c.cp, c.ep, c.sequence_parallel, c.micro_batch, c.recompute, c.tp_comm_overlap, c.cp_comm, zero3,
                split)
         if key not in self._chain:
@@ -236,12 +236,15 @@ class BoundModel:
             act[k] = sum(pieces.act_bytes[x] for x in red)
         stage_chunks = [[chunk_index(s, vc, pp, c.schedule) for vc in range(v)] for s in range(pp)]
         stage_layers_red = [[dnames[x] for k in stage_chunks[s] for x in chunks[k]] for s in range(pp)]
+        dual = c.schedule == "dualpipev"
         tails, occupancy, grad_work, static = [], [], [], []
         for s in range(pp):
             red = stage_layers_red[s]
             opt = optimizer_time(sum(data.optimizer_params[x] for x in red), self.cluster, self._compute)
             first = dnames[chunks[s][0]]  # its bucket is reduced last
-            reduce = data.reduce_s[first] if c.overlap_grad_reduce else sum(data.reduce_s[x] for x in red)
+            # DualPipeV interleaves its two chunks' last backwards: some bucket of the rank is reduced last
+            last = min(data.reduce_s[x] for x in red) if dual else data.reduce_s[first]
+            reduce = last if c.overlap_grad_reduce else sum(data.reduce_s[x] for x in red)
             post = 0.0 if c.overlap_param_gather or c.zero == 3 else sum(data.post_s[x] for x in red)
             tails.append(reduce + opt + post)
             occupancy.append(sum(fwd[k] + bwd[k] for k in stage_chunks[s]))
@@ -253,7 +256,9 @@ class BoundModel:
             fill = sum(fwd[:s])
             own_end = fill + m * occupancy[s]
             t = own_end + tails[s]
-            if s > 0 and after is None:
+            if dual:  # what runs after a rank's last item depends on how the V's two arms drain: not bounded
+                pass
+            elif s > 0 and after is None:
                 # the last micro-batch's backward still runs down the stages below, then stage 0 ends
                 t = max(t, own_end + sum(bwd[:s]) + tails[0])
             elif s > 0:
@@ -262,7 +267,7 @@ class BoundModel:
                 t = max(t, own_end - after[s] * wgrad[s] + sum(bwd[k] - wgrad[k] for k in range(s))
                         + after[0] * wgrad[0] + tails[0])
             best = max(best, t, grad_work[s])
-        held = _in_flight(c.schedule if v == 1 else "interleaved", pp, m, v)
+        held = _in_flight(c.schedule if v == 1 or dual else "interleaved", pp, m, v)
         memory = max(static[s] + ACTIVATION_SAFETY * held[s] * min(act[k] for k in stage_chunks[s])
                      for s in range(pp))
         return (best if self.time_bound else 0.0), memory

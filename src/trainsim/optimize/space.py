@@ -20,7 +20,8 @@ from ..workload.ir import Model
 
 PRUNE_REASONS = {
     "tp_across_nodes": "tensor parallelism would cross a node (allow with --tp-across-nodes)",
-    "divisibility": "degrees do not divide the GPUs, heads, layers, sequence, experts or batch",
+    "divisibility": "degrees do not divide the GPUs, heads, layers, sequence, experts or batch (or leave the schedule "
+                    "too few micro-batches)",
     "invalid_combination": "knobs that contradict each other (SP without TP, overlap of nothing, ...)",
     "duplicate": "the same run as another configuration (ZeRO / DP flags with one data-parallel rank)",
     "memory_bound": "states plus the smallest activation footprint exceed the GPU's memory",
@@ -47,8 +48,9 @@ class SearchSpace(BaseModel):
     overlap_grad_reduce: list[bool] = [True, False]
     overlap_param_gather: list[bool] = [False, True]
     tp_comm_overlap: list[bool] = [False, True]
-    schedule: list[Literal["1f1b", "zb-h1"]] = Field(["1f1b", "zb-h1"], description="pipeline schedule at vpp 1 "
-                                                     "(vpp > 1 runs interleaved 1F1B)")
+    schedule: list[Literal["1f1b", "zb-h1", "dualpipev"]] = Field(
+        ["1f1b", "zb-h1", "dualpipev"], description="pipeline schedule: 1F1B or ZB-H1 at vpp 1 (1F1B at vpp > 1 runs "
+        "interleaved), DualPipeV at vpp 2 (its V of 2 x pp chunks, at least 2 x pp micro-batches)")
     tp_across_nodes: bool = False
 
 
@@ -84,9 +86,10 @@ class Candidate:
 
 def strategy_section(values: dict[str, Any]) -> dict[str, Any]:
     """A configuration's knobs (a Candidate's fields, or the same columns of a results row) as the job YAML's
-    strategy section: vpp > 1 runs the interleaved schedule, cp_comm only where there is context parallelism."""
+    strategy section: vpp > 1 runs the interleaved schedule (DualPipeV its own), cp_comm only where there is context
+    parallelism."""
     out = {k: values[k] for k in Candidate.__dataclass_fields__ if k in values}
-    if (out.get("vpp") or 1) > 1:
+    if (out.get("vpp") or 1) > 1 and out.get("schedule") != "dualpipev":
         out["schedule"] = "interleaved"
     if (out.get("cp") or 1) == 1:
         out.pop("cp_comm", None)
@@ -158,7 +161,7 @@ def enumerate_space(space: SearchSpace, model: Model, world: int, gpus_per_node:
             continue
         dp = world // (tp * pp * cp)
         for sp, rc, zero, ogr, opg, tco, sched in product(*(v[k] for k in inner)):
-            reason = _inner_reason(tp, pp, dp, cp, vpp, sp, zero, ogr, opg, tco, sched)
+            reason = _inner_reason(tp, pp, dp, cp, vpp, sp, zero, ogr, opg, tco, sched, global_batch // (mb * dp))
             if reason:
                 pruned[reason] += 1
                 continue
@@ -184,14 +187,21 @@ def _outer_reason(tp: int, pp: int, cp: int, ep: int, vpp: int, mb: int, world: 
         return "divisibility"
     if gb % (mb * dp):
         return "divisibility"
-    m = gb // (mb * dp)
-    if vpp > 1 and (pp == 1 or m % pp):
-        return "divisibility" if pp > 1 else "invalid_combination"
+    if vpp > 1 and pp == 1:
+        return "invalid_combination"
     return None
 
 
 def _inner_reason(tp: int, pp: int, dp: int, cp: int, vpp: int, sp: bool, zero: int, ogr: bool, opg: bool,
-                  tco: bool, sched: str) -> str | None:
+                  tco: bool, sched: str, m: int) -> str | None:
+    """The rules on the per-stage knobs (and the schedule, which needs the micro-batch count `m`)."""
+    if sched == "dualpipev":  # a V of two chunks per rank over a pipeline, fed 2 pp micro-batches at least
+        if vpp != 2:
+            return "invalid_combination"
+        if m < 2 * pp:
+            return "divisibility"
+    elif vpp > 1 and m % pp:  # interleaving works in groups of pp micro-batches
+        return "divisibility"
     if sp and tp == 1:
         return "invalid_combination"
     if tco and not sp:
@@ -209,7 +219,7 @@ def _inner_reason(tp: int, pp: int, dp: int, cp: int, vpp: int, sp: bool, zero: 
 
 def strategy_text(row: dict[str, Any]) -> str:
     """A configuration in one short line: degrees, micro-batch, recompute, ZeRO, flags, schedule."""
-    sched = "interleaved" if (row.get("vpp") or 1) > 1 else row.get("schedule")
+    sched = "interleaved" if (row.get("vpp") or 1) > 1 and row.get("schedule") != "dualpipev" else row.get("schedule")
     degrees = f"tp{row['tp']} pp{row['pp']} dp{row['dp']}" + "".join(
         f" {k}{row[k]}" for k in ("cp", "ep", "vpp") if (row.get(k) or 1) > 1)
     return (f"{degrees} mb{row['micro_batch']} {row['recompute']} zero{row['zero']} {_flags_text(row)} "

@@ -40,6 +40,7 @@ stage (P, padded): the same formula ranks a batch of strategies at once (optimiz
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -485,38 +486,46 @@ def replay_order(kind: str, pp: int, m: int, v: int, chunks: list[tuple[int, int
     n_chunks = len(chunks)
     cost = {(r, vc): (f, b, w, sf, sb) for r, vc, f, b, w, sf, sb in chunks}
     orders = [schedule_order(kind, pp, m, r, v) for r in range(pp)]
-    # by (phase, micro-batch, chunk): when it ended, and when what it sends arrives at the neighbouring chunk
-    ended: dict[tuple[str, int, int], float] = {}
-    arrived: dict[tuple[str, int, int], float] = {}
+    # each item compiled once: the slots (phase, micro-batch, chunk) it waits on (its own chunk's earlier phase
+    # ended, the neighbouring chunk's hand-off arrived; -1: none) and its own, its seconds and its send's
+    slot = {"F": 0, "B": m * n_chunks, "W": 2 * m * n_chunks}
+    items: list[list[tuple[int, int, int, float, float, bool]]] = []
+    for r in range(pp):
+        row = []
+        for ph, mb, vc in orders[r]:
+            c = chunk_index(r, vc, pp, kind)
+            f, b, w, sf, sb = cost[(r, vc)]
+            at = mb * n_chunks + c
+            own = slot["F"] + at if ph == "B" else slot["B"] + at if ph == "W" else -1
+            hand = (slot["F"] + at - 1 if ph == "F" and c > 0 else
+                    slot["B"] + at + 1 if ph == "B" and c < n_chunks - 1 else -1)
+            row.append((own, hand, slot[ph] + at, f if ph == "F" else b if ph == "B" else w,
+                        sf if ph == "F" else sb if ph == "B" else 0.0, ph != "F"))
+        items.append(row)
+    nan = math.nan
+    ended, arrived = [nan] * (3 * m * n_chunks), [nan] * (3 * m * n_chunks)  # nan: not yet
     pos, free = [0] * pp, [0.0] * pp
     last_bw = np.zeros(pp)
     moved = True
     while moved:
         moved = False
         for r in range(pp):
-            order = orders[r]
-            while pos[r] < len(order):
-                ph, mb, vc = order[pos[r]]
-                c = chunk_index(r, vc, pp, kind)
-                f, b, w, sf, sb = cost[(r, vc)]
-                # its own chunk's earlier phase (ended) and the neighbouring chunk's hand-off (arrived)
-                own = ("F", mb, c) if ph == "B" else ("B", mb, c) if ph == "W" else None
-                hand = None
-                if ph == "F" and c > 0:
-                    hand = ("F", mb, c - 1)
-                elif ph == "B" and c < n_chunks - 1:
-                    hand = ("B", mb, c + 1)
-                if (own is not None and own not in ended) or (hand is not None and hand not in arrived):
+            row, k, f_r = items[r], pos[r], free[r]
+            while k < len(row):
+                own, hand, me, dur, send, bw = row[k]
+                e_own = ended[own] if own >= 0 else 0.0
+                a_hand = arrived[hand] if hand >= 0 else 0.0
+                if e_own != e_own or a_hand != a_hand:  # nan: what it waits on has not run yet
                     break
-                start = max(free[r], ended[own] if own is not None else 0.0, arrived[hand] if hand is not None else 0.0)
-                end = start + (f if ph == "F" else b if ph == "B" else w)
-                ended[(ph, mb, c)] = end
-                arrived[(ph, mb, c)] = end + (sf if ph == "F" else sb if ph == "B" else 0.0)
-                free[r] = arrived[(ph, mb, c)] if host_sync else end
-                if ph != "F":
+                end = max(f_r, e_own, a_hand) + dur
+                ended[me] = end
+                arrived[me] = end + send
+                f_r = arrived[me] if host_sync else end
+                if bw:
                     last_bw[r] = end
-                pos[r] += 1
-                moved = True
+                k += 1
+            if k > pos[r]:
+                pos[r], free[r], moved = k, f_r, True
     if any(pos[r] < len(orders[r]) for r in range(pp)):
         raise ValueError(f"the {kind} orders deadlock (pp={pp}, m={m})")
     held = np.zeros((pp, v))
