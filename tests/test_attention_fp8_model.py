@@ -198,3 +198,37 @@ def test_validate_reads_torch_compile(setting: str, kernels: str | None) -> None
                       ffn_hidden="5632", vocab="32000"))
     assert not isinstance(rj, str), rj
     assert rj.job["model"].get("kernels") == kernels
+
+
+def _gemm_steps(job: dict) -> dict[str, float]:
+    """Forward, dgrad and wgrad seconds of each weighted GEMM step of a costed job, by op and phase."""
+    from trainsim.api import simulate_costed
+
+    _, costed = simulate_costed(job)
+    out: dict[str, float] = {}
+    for ch in costed.program.chunks:
+        for s in ch.fwd + ch.bwd:
+            if s.kind == "compute" and s.op is not None and s.op.kind == OpKind.MATMUL and s.op.weight is not None:
+                out[f"{s.layer}.{s.op.name}.{s.phase}"] = s.duration_s
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp4"])
+def test_low_precision_recipes_keep_the_output_layer_and_the_router_in_bf16(dtype: str) -> None:
+    """FP8 and NVFP4 recipes run the blocks' linears (the experts included) at the low-precision rate with their
+    casts, but the output layer and the MoE router in BF16, as Megatron (a plain output layer and TopKRouter),
+    torchao (output projection skipped) and DeepSeek-V3 (gating in higher precision) do: those steps cost exactly
+    what they cost in a BF16 job."""
+    job = {"model": {"name": "custom", "layers": 2, "hidden": 1024, "heads": 8, "seq_len": 2048, "vocab": 32768,
+                     "experts": 8, "top_k": 2, "norm": "rmsnorm", "mlp": "swiglu", "position": "rope"},
+           "cluster": {"name": "dgx-b200", "nodes": 1}, "strategy": {"dp": 8, "global_batch": 8}}
+    bf16 = _gemm_steps({**job, "simulation": {"dtype": "bf16"}})
+    low = _gemm_steps({**job, "simulation": {"dtype": dtype}})
+    assert bf16.keys() == low.keys()
+    kept = {k for k in bf16 if k.startswith("head.") or ".router." in k}
+    assert {k.split(".")[-2] for k in kept} == {"lm_head", "router"}
+    for k in bf16:
+        if k in kept:
+            assert low[k] == bf16[k], k
+        elif "expert_fc1" in k or ".qkv." in k or ".fc1." in k:
+            assert low[k] < bf16[k], k

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from trainsim.api import simulate
@@ -471,3 +473,21 @@ def test_fp8_activations_leave_the_router_and_cache_the_experts() -> None:
     assert fp8["layers.0.router"] == plain["layers.0.router"] > 0
     for k in ("layers.0.expert_fc1", "layers.0.qkv", "layers.0.proj"):
         assert fp8[k] == pytest.approx(plain[k] * FP8_ACTIVATION_BYTES / 2, rel=1e-12), k
+
+
+def test_fp8_params_leave_the_router_weight_in_bf16() -> None:
+    """fp8_params keeps the FP8 GEMMs' weights in one byte: a MoE block's attention and expert weights, not its
+    router's (which runs in BF16); by hand on one Mixtral block: the stored-bytes adjustment is one byte per
+    element of every weighted linear but the router's."""
+    from trainsim.compile.program import layer_sync
+    from trainsim.strategy.precision import Precision
+
+    mdl = build_model("mixtral-8x7b", 1, 1024, "flash", layers=1)
+    block = next(la for la in mdl.layers if la.kind == "transformer")
+    tree = build_strategy(mdl, ParallelSpec(dp=1, zero=1, micro_batch=1, global_batch=1))
+    leaf = next(n for n, _, _ in tree.resolve().leaves() if n.layer is block).leaf
+    ls = layer_sync(tree, Precision.named("fp8", fp8_params=True), block, leaf, False)
+    linears = [op for op in block.ops if op.kind.name == "MATMUL" and op.weight is not None]
+    assert any(op.name == "router" for op in linears)
+    low = sum(math.prod(op.dims[d] for d in op.weight) for op in linears if op.name != "router")
+    assert ls.param_bytes_adjust == pytest.approx(-low, rel=1e-12)

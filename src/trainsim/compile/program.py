@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
-from ..strategy.precision import FP8_ACTIVATION_BYTES, NF4_BYTES_PER_PARAM, Precision
+from ..strategy.precision import FP8_ACTIVATION_BYTES, NF4_BYTES_PER_PARAM, Precision, low_precision_gemm
 from ..strategy.presets import EXPERT_OPS
 from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_place
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree, recompute_modules
@@ -514,8 +514,8 @@ class _Lowerer:
     def _tensor_bytes(self, op: Op, t: SavedTensor, leaf: LeafConfig, split: Split, layer: Layer) -> float:
         s = split if t.as_used else {**split, **leaf.saved.get((op.name, t.name), {})}
         # cached in FP8: a block linear's input (not the MoE router's, which stays in higher precision: DeepSeek-V3
-        # sec. 3.3.1)
-        fp8 = self.prec.fp8_activations and t.name == "input" and _fp8_gemm(layer, op) and op.name != "router"
+        # sec. 3.3.1; _fp8_gemm)
+        fp8 = self.prec.fp8_activations and t.name == "input" and _fp8_gemm(layer, op)
         return tensor_bytes(op, t.dims, s, self.mesh, FP8_ACTIVATION_BYTES if fp8 else t.bytes_per_elem * self.act_scale)
 
     def _saved(self, op: Op, layer: Layer, leaf: LeafConfig, split: Split, recompute: str,
@@ -999,9 +999,10 @@ class LayerSync:
 
 
 def _fp8_gemm(layer: Layer, op: Op) -> bool:
-    """Whether an op is one of the FP8 GEMMs whose weight an FP8 recipe can keep in FP8: a weighted linear layer
-    of a block (Transformer Engine's / torchao's modules; the embedding and the output layer are not)."""
-    return op.kind == OpKind.MATMUL and op.weight is not None and layer.kind not in ("embedding", "head")
+    """Whether an op is one of the FP8 GEMMs whose weight an FP8 recipe can keep in FP8 and whose input it can
+    stash in FP8 (strategy.precision.low_precision_gemm: a block's weighted linear, not the embedding's, the
+    output layer's or the MoE router's)."""
+    return op.kind == OpKind.MATMUL and low_precision_gemm(layer.kind, op.name, op.weight is not None)
 
 
 def layer_sync(tree: StrategyTree, precision: Precision, layer: Layer, leaf: LeafConfig, tied_here: bool,

@@ -22,9 +22,10 @@ from ..hardware.cluster import Cluster
 from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
+from ..strategy.precision import low_precision_gemm
 from ..workload.ir import Op, OpKind, OpValues
 from .comm import CommModel, NcclComm, port_key, two_hop_dispatch
-from .compute import ComputeModel
+from .compute import LOW_PRECISION_GEMM, ComputeModel
 from .offload import gather_group_system
 
 # Bytes an Adam step streams per parameter: read fp32 master, m, v and the grad, write master, m, v
@@ -307,6 +308,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     dtype = program.precision.compute_dtype
     mesh = program.mesh
     costs = _CostCache(compute, device, dtype, cache, program.op_values if cache else None)
+    # an FP8 / NVFP4 recipe leaves the embedding's, the output layer's and the MoE router's GEMMs in BF16
+    # (strategy.precision.low_precision_gemm): those are priced by a BF16 cache of their own
+    high = _CostCache(compute, device, "bf16", cache, program.op_values if cache else None) \
+        if dtype in LOW_PRECISION_GEMM else None
+    layer_kinds = {la.name: la.kind for la in program.tree.model.layers} if high is not None else {}
     tree, hyper = program.tree, program.tree.model.hyper
     two_hop = (int(hyper["experts"]), int(hyper["top_k"]), tree.ep_node_limit) \
         if tree.ep_dispatcher == "deepep" and hyper.get("experts") else None
@@ -343,7 +349,9 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
                                                        ("fwd", "post_step")) if phase not in copied]
         for s in [s for steps in lists for s in steps]:
             kind = s.kind
-            if kind == "compute":
+            if kind == "compute" and high is not None and _high_precision(s, layer_kinds):
+                s.duration_s, s.host_s = high.step(s)
+            elif kind == "compute":
                 value = op_ids.get(id(s.op)) if cache else None
                 last = recent.get((value, s.phase)) if value is not None else None
                 s.duration_s, s.host_s = last[1] if last is not None and last[0] == s.local else costs.step(s)
@@ -389,6 +397,13 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     if copier is not None and record is not None:
         program.copies = copier.record(record, book)
     return book
+
+
+def _high_precision(s: Step, layer_kinds: dict[str, str]) -> bool:
+    """A weighted GEMM step that a low-precision recipe leaves in BF16 (strategy.precision.low_precision_gemm)."""
+    op = s.op
+    return (op is not None and op.kind == OpKind.MATMUL and op.weight is not None
+            and not low_precision_gemm(layer_kinds.get(s.layer, ""), op.name, True))
 
 
 _COPIED_LISTS = {"fwd": ("fwd", "grad_sync", "post_step"), "bwd": ("bwd",)}

@@ -20,10 +20,12 @@ masked half of a causal score matrix is skipped.
 FP8 (Transformer Engine / torchao float8 semantics): only weighted GEMMs run in FP8; each casts its input
 to FP8 on the way in (forward) and its output gradient (backward), cast and transpose fused (read 2 bytes,
 write 2 per element); weights are cast once per iteration (not charged); attention, batched GEMMs, norms
-and element-wise ops stay BF16. FP4 (Transformer Engine's NVFP4 recipe, Blackwell) is the same with 4-bit
-values and an FP8 scale per 16: each cast writes a row-wise and a column-wise copy of 0.5 + 1/16 bytes per
-element (the column-wise one, for the weight gradient, through a 16 x 16 random Hadamard transform fused into
-the cast), 3.125 bytes moved per element; the GEMMs run at the FP4 tensor-core rate.
+and element-wise ops stay BF16, and so do the embedding's, the output layers' and the MoE router's GEMMs
+(cost.annotate prices those in BF16: strategy.precision.low_precision_gemm). FP4 (Transformer Engine's NVFP4
+recipe, Blackwell) is the same with 4-bit values and an FP8 scale per 16: each cast writes a row-wise and a
+column-wise copy of 0.5 + 1/16 bytes per element (the column-wise one, for the weight gradient, through a 16 x 16
+random Hadamard transform fused into the cast), 3.125 bytes moved per element; the GEMMs run at the FP4
+tensor-core rate.
 """
 
 from __future__ import annotations

@@ -26,6 +26,23 @@ NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
 fp32 scale per 256 blocks (Dettmers et al. 2023, QLoRA, section 3: 4.127 bits per parameter)."""
 
 
+HIGH_PRECISION_LAYERS = frozenset({"embedding", "head"})
+"""Layers whose weighted GEMMs an FP8 / NVFP4 recipe leaves in BF16: the embedding and the output layer
+(Megatron's output layer is a plain tensor-parallel linear, not Transformer Engine's; torchao's float8 conversion
+skips the output projection)."""
+HIGH_PRECISION_OPS = frozenset({"router", "mtp_lm_head"})
+"""Ops an FP8 recipe keeps in higher precision outside those layers: the MoE router's gating GEMM (Megatron's
+TopKRouter is a plain GEMM; DeepSeek-V3 keeps its gating in BF16/FP32, arXiv 2412.19437 sec. 3.3.1) and the
+multi-token-prediction module's output head (the main head's weight, in BF16 like it)."""
+
+
+def low_precision_gemm(layer_kind: str, op_name: str, weighted: bool) -> bool:
+    """Whether an FP8 / NVFP4 recipe runs a weighted GEMM in that precision (and can keep its weight in FP8,
+    stash its input in FP8): a block's weighted linear, not the embedding's or the output layer's, not the
+    MoE router."""
+    return weighted and layer_kind not in HIGH_PRECISION_LAYERS and op_name not in HIGH_PRECISION_OPS
+
+
 def _dtype_bytes(dtype: str) -> float:
     """Bytes of a weight stored in the training dtype (fp8 GEMMs keep their weights in bf16 unless
     Precision.fp8_params)."""
