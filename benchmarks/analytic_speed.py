@@ -86,7 +86,8 @@ def main() -> None:
                         recompute=["none", "selective", "full"], zero=[0, 1, 3], sequence_parallel=[True, False],
                         tp_comm_overlap=[False], schedule=["1f1b", "zb-h1"])
     en = enumerate_space(space, model, cluster.world_size, cluster.gpus_per_node, spec.global_batch)
-    cands = en.candidates
+    blocks = sum(1 for la in model.layers if la.kind == "transformer")
+    cands = [c for c in en.candidates if blocks % (c.pp * c.vpp) == 0]  # the batch composes even splits only
     t0 = time.perf_counter()
     ab = AnalyticBatch(base, model, cluster)
     est = ab.evaluate(cands)

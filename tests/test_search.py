@@ -394,3 +394,27 @@ def test_simulate_without_degrees_searches_dualpipev(tmp_path: object) -> None:
     assert chosen["schedule"] == data["strategy"]["schedule"] == "dualpipev"
     assert data["strategy"]["vpp"] == 2 and data["strategy"]["pp"] > 1
     assert data["strategy"]["grad_accumulation"] >= 2 * data["strategy"]["pp"]
+
+
+def test_uneven_pipelines_enter_the_space_and_stay_bounded() -> None:
+    """A model whose layer count no pipeline depth divides (7 blocks, as DeepSeek-V3's 61) still gets pipelines: the
+    powers of 2 up to its blocks, split as evenly as possible (the end chunks one block short, as the presets
+    split); their bounds stay below the simulation and the search ranks them."""
+    job = {"model": {"name": "custom", "layers": 7, "hidden": 1024, "heads": 16, "seq_len": 1024},
+           "cluster": {"name": "dgx-a100", "nodes": 1}, "simulation": {}}
+    base, model, cl = _setup(job, 1)
+    space = SearchSpace(micro_batch=[1], cp=[1], recompute=["none"], zero=[1], overlap_param_gather=[False],
+                        tp_comm_overlap=[False], sequence_parallel=[False], tp=[1, 2])
+    en = enumerate_space(space, model, cl.world_size, cl.gpus_per_node, 16)
+    assert {c.pp for c in en.candidates} == {1, 2, 4}  # 7 does not divide the 8 GPUs
+    uneven = [c for c in en.candidates if 7 % (c.pp * c.vpp)]
+    assert uneven and all(c.pp * c.vpp <= 7 for c in uneven)
+    bm = BoundModel(base, model, cl)
+    for c in uneven[:: max(1, len(uneven) // 4)]:
+        row = evaluate({**job, "strategy": c.strategy()})
+        assert row["error"] is None, row["error"]
+        lb, mem = bm.bounds(c)
+        assert 0 < lb <= row["iteration_time_s"] * (1 + 1e-9), c
+        assert 0 < mem <= row["peak_memory_gib"] * 2**30 * (1 + 1e-9), c
+    best = search(job, [1], 16, space=space, top=1, pareto_memory=False).best
+    assert best is not None

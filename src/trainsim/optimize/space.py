@@ -36,8 +36,9 @@ class SearchSpace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tp: list[int] | None = Field(None, description="tensor-parallel degrees (default: powers of 2 up to 64)")
-    pp: list[int] | None = Field(None, description="pipeline stages (default: divisors of the layer count; 1 for "
-                                 "models without a sequence, CNNs and DLRM)")
+    pp: list[int] | None = Field(None, description="pipeline stages (default: the divisors of the layer count and the "
+                                 "powers of 2 up to it, split as evenly as possible; 1 for models without a sequence, "
+                                 "CNNs and DLRM)")
     cp: list[int] | None = Field(None, description="context-parallel degrees (default 1, 2, 4, 8 for language models)")
     ep: list[int] | None = Field(None, description="expert-parallel degrees (default: powers of 2 dividing the experts)")
     vpp: list[int] = Field([1, 2, 3, 4, 6, 8], description="virtual stages per rank (interleaved 1F1B when > 1)")
@@ -122,7 +123,8 @@ def knob_values(space: SearchSpace, model: Model, world: int) -> dict[str, list]
     experts = int(hyper.get("experts", 0) or 0)
     return {
         "tp": space.tp or ([t for t in _powers(min(world, 64))] if lm else [1]),
-        "pp": space.pp or ([d for d in _divisors(blocks) if d <= world] if lm else [1]),
+        "pp": space.pp or ([d for d in sorted(set(_divisors(blocks)) | set(_powers(blocks))) if d <= world]
+                           if lm else [1]),
         "cp": space.cp or ([c for c in (1, 2, 4, 8) if c <= world] if lm else [1]),
         "ep": space.ep or ([e for e in _powers(min(world, experts)) if experts % e == 0] if experts else [1]),
         "vpp": space.vpp if lm or space.pp else [1],
@@ -179,7 +181,7 @@ def _outer_reason(tp: int, pp: int, cp: int, ep: int, vpp: int, mb: int, world: 
     dp = world // per
     if tp > 1 and (heads % tp or not (kv % tp == 0 or tp % kv == 0)):
         return "divisibility"
-    if blocks < pp * vpp or (blocks % (pp * vpp)):
+    if blocks < pp * vpp:  # an uneven split takes the remainder from the end chunks (strategy.presets._even_counts)
         return "divisibility"
     if cp > 1 and seq % (2 * cp):
         return "divisibility"
