@@ -102,7 +102,7 @@ def _naive_count(space: SearchSpace, model: object, world: int, gpn: int, gb: in
                                hyper["kv_heads"], blocks, model.seq_len, 0, gb)
         if reason is None:
             dp = world // (tp * pp * cp)
-            reason = _inner_reason(tp, pp, dp, cp, vpp, sp, z, ogr, opg, tco, sc, gb // (mb * dp))
+            reason = _inner_reason(tp, pp, dp, cp, vpp, sp, z, ogr, opg, tco, sc, gb // (mb * dp), blocks)
         if reason:
             pruned[reason] += 1
         else:
@@ -356,15 +356,22 @@ def test_dualpipev_enters_the_space_at_two_chunks_per_rank() -> None:
     assert parse_job({**_BOUND_JOB, "strategy": s}).strategy.schedule == "dualpipev"
 
 
+@pytest.fixture(scope="module")
+def dual_setup(bound_setup: tuple[BoundModel, list[Candidate]]) -> list[Candidate]:
+    bm = bound_setup[0]
+    space = SearchSpace(micro_batch=[1, 2], vpp=[2], cp=[1, 2], schedule=["dualpipev"])
+    return enumerate_space(space, bm.model, bm.cluster.world_size, bm.cluster.gpus_per_node, 64).candidates
+
+
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_dualpipev_bounds_never_exceed_the_simulation(bound_setup: tuple[BoundModel, list[Candidate]],
-                                                      data: st.DataObject) -> None:
+                                                      dual_setup: list[Candidate], data: st.DataObject) -> None:
     """The time and memory bounds stay below the event simulation's DualPipeV runs (its V: rank 0 holds the
-    embedding and the head, the bottom hands over without a send, the two arms drain interleaved)."""
-    bm, cands = bound_setup
-    dual = [c for c in cands if c.schedule == "dualpipev"]
-    c = data.draw(st.sampled_from(dual))
+    embedding and the head, the bottom hands over without a send; after a rank's last first-arm B the last
+    micro-batch's input gradients still run down to rank 0)."""
+    bm = bound_setup[0]
+    c = data.draw(st.sampled_from(dual_setup))
     lb, mem = bm.bounds(c, refine=data.draw(st.booleans()))
     row = evaluate({**_BOUND_JOB, "strategy": c.strategy()})
     assert row["error"] is None, row["error"]
@@ -418,3 +425,17 @@ def test_uneven_pipelines_enter_the_space_and_stay_bounded() -> None:
         assert 0 < mem <= row["peak_memory_gib"] * 2**30 * (1 + 1e-9), c
     best = search(job, [1], 16, space=space, top=1, pareto_memory=False).best
     assert best is not None
+
+
+def test_default_schedules_add_dualpipev_for_a_mixture_of_experts() -> None:
+    """The default space tries 1F1B (interleaved at vpp > 1) and ZB-H1, and DualPipeV where the model has experts
+    (DeepSeek's schedule for hiding their all-to-alls); a space may name any of them."""
+    from trainsim.optimize.space import knob_values
+
+    dense = api.cluster_and_model({"model": {"name": "gpt2"}, "cluster": {"name": "dgx-a100"}})[1]
+    moe = api.cluster_and_model({"model": {"name": "mixtral-8x7b", "layers": 4}, "cluster": {"name": "dgx-h100"}})[1]
+    assert knob_values(SearchSpace(), dense, 8)["schedule"] == ["1f1b", "zb-h1"]
+    assert knob_values(SearchSpace(), moe, 8)["schedule"] == ["1f1b", "zb-h1", "dualpipev"]
+    assert knob_values(SearchSpace(schedule=["dualpipev"]), dense, 8)["schedule"] == ["dualpipev"]
+    assert parse_space({"schedule": ["dualpipev"]}).schedule == ["dualpipev"]
+    assert parse_space({"tp": [1, 2]}).schedule is None

@@ -251,13 +251,25 @@ class BoundModel:
             grad_work.append(m * sum(data.grad_stream_s[x] for x in red) + sum(data.reduce_s[x] for x in red))
             static.append(sum(data.state_bytes[x] for x in red) + workspace_bytes(self.cluster.device))
         after = _w_after_last_b(pp, m) if c.schedule == "zb-h1" else None
+        drain = _dualpipev_after_last_b(pp, m) if dual else None
+
+        def cost(ph: str, vc: int, s: int) -> float:
+            k = stage_chunks[s][vc]
+            return fwd[k] if ph == "F" else wgrad[k] if ph == "W" else bwd[k] - wgrad[k]
+
         best = 0.0
         for s in range(pp):
             fill = sum(fwd[:s])
             own_end = fill + m * occupancy[s]
             t = own_end + tails[s]
-            if dual:  # what runs after a rank's last item depends on how the V's two arms drain: not bounded
-                pass
+            if drain is not None:
+                # DualPipeV: the last micro-batch's input gradients still run down the V's first arm (chunks s - 1
+                # .. 0, ranks s - 1 .. 0) after this rank's last first-arm B; then rank 0 runs what its order puts
+                # after its own, then ends
+                if drain[s] is not None and drain[0] is not None:
+                    t = max(t, own_end - sum(n * cost(ph, vc, s) for ph, vc, n in drain[s])
+                            + sum(bwd[k] - wgrad[k] for k in range(s))
+                            + sum(n * cost(ph, vc, 0) for ph, vc, n in drain[0]) + tails[0])
             elif s > 0 and after is None:
                 # the last micro-batch's backward still runs down the stages below, then stage 0 ends
                 t = max(t, own_end + sum(bwd[:s]) + tails[0])
@@ -288,6 +300,25 @@ def _in_flight(kind: str, pp: int, m: int, v: int) -> tuple[int, ...]:
             elif phase == "B":
                 held -= 1
         out.append(most)
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _dualpipev_after_last_b(pp: int, m: int) -> tuple[tuple[tuple[str, int, int], ...] | None, ...]:
+    """Per pipeline rank, the items DualPipeV runs after the rank's last input-gradient B of its first-arm chunk
+    (virtual chunk 0), as (phase, virtual chunk, count); None where that B is not the last micro-batch's (then the
+    bound leaves the drain out)."""
+    out: list[tuple[tuple[str, int, int], ...] | None] = []
+    for r in range(pp):
+        order = schedule_order("dualpipev", pp, m, r, 2)
+        last_b = max(i for i, (phase, _, vc) in enumerate(order) if phase == "B" and vc == 0)
+        if order[last_b][1] != m - 1:
+            out.append(None)
+            continue
+        counts: dict[tuple[str, int], int] = defaultdict(int)
+        for phase, _, vc in order[last_b + 1:]:
+            counts[(phase, vc)] += 1
+        out.append(tuple((ph, vc, n) for (ph, vc), n in sorted(counts.items())))
     return tuple(out)
 
 

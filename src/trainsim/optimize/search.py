@@ -373,7 +373,7 @@ def parse_space(data: Any, field: str = "--space") -> SearchSpace:  # noqa: ANN4
         raise ConfigError(f"{field}.zero", f"ZeRO stages are 0..3, got {space.zero}", "use values 0 to 3")
     for name in ("sequence_parallel", "recompute", "overlap_grad_reduce", "overlap_param_gather",
                  "tp_comm_overlap", "schedule"):
-        if not getattr(space, name):
+        if getattr(space, name) is not None and not getattr(space, name):
             raise ConfigError(f"{field}.{name}", "is empty", "give at least one value")
     return space
 

@@ -49,9 +49,10 @@ class SearchSpace(BaseModel):
     overlap_grad_reduce: list[bool] = [True, False]
     overlap_param_gather: list[bool] = [False, True]
     tp_comm_overlap: list[bool] = [False, True]
-    schedule: list[Literal["1f1b", "zb-h1", "dualpipev"]] = Field(
-        ["1f1b", "zb-h1", "dualpipev"], description="pipeline schedule: 1F1B or ZB-H1 at vpp 1 (1F1B at vpp > 1 runs "
-        "interleaved), DualPipeV at vpp 2 (its V of 2 x pp chunks, at least 2 x pp micro-batches)")
+    schedule: list[Literal["1f1b", "zb-h1", "dualpipev"]] | None = Field(
+        None, description="pipeline schedule: 1F1B or ZB-H1 at vpp 1 (1F1B at vpp > 1 runs interleaved), DualPipeV at "
+        "vpp 2 (its V of 2 x pp chunks, at least 2 x pp micro-batches; default: 1f1b and zb-h1, and dualpipev for a "
+        "mixture of experts, whose all-to-alls DualPipe was made to hide)")
     tp_across_nodes: bool = False
 
 
@@ -135,7 +136,7 @@ def knob_values(space: SearchSpace, model: Model, world: int) -> dict[str, list]
         "overlap_grad_reduce": space.overlap_grad_reduce,
         "overlap_param_gather": space.overlap_param_gather,
         "tp_comm_overlap": space.tp_comm_overlap if lm else [False],
-        "schedule": space.schedule,
+        "schedule": space.schedule or (["1f1b", "zb-h1", "dualpipev"] if experts else ["1f1b", "zb-h1"]),
     }
 
 
@@ -163,7 +164,8 @@ def enumerate_space(space: SearchSpace, model: Model, world: int, gpus_per_node:
             continue
         dp = world // (tp * pp * cp)
         for sp, rc, zero, ogr, opg, tco, sched in product(*(v[k] for k in inner)):
-            reason = _inner_reason(tp, pp, dp, cp, vpp, sp, zero, ogr, opg, tco, sched, global_batch // (mb * dp))
+            reason = _inner_reason(tp, pp, dp, cp, vpp, sp, zero, ogr, opg, tco, sched, global_batch // (mb * dp),
+                                   blocks)
             if reason:
                 pruned[reason] += 1
                 continue
@@ -181,7 +183,7 @@ def _outer_reason(tp: int, pp: int, cp: int, ep: int, vpp: int, mb: int, world: 
     dp = world // per
     if tp > 1 and (heads % tp or not (kv % tp == 0 or tp % kv == 0)):
         return "divisibility"
-    if blocks < pp * vpp:  # an uneven split takes the remainder from the end chunks (strategy.presets._even_counts)
+    if blocks < pp * vpp:  # a split that does not divide takes its remainder from the end chunks (_inner_reason)
         return "divisibility"
     if cp > 1 and seq % (2 * cp):
         return "divisibility"
@@ -195,14 +197,17 @@ def _outer_reason(tp: int, pp: int, cp: int, ep: int, vpp: int, mb: int, world: 
 
 
 def _inner_reason(tp: int, pp: int, dp: int, cp: int, vpp: int, sp: bool, zero: int, ogr: bool, opg: bool,
-                  tco: bool, sched: str, m: int) -> str | None:
-    """The rules on the per-stage knobs (and the schedule, which needs the micro-batch count `m`)."""
+                  tco: bool, sched: str, m: int, blocks: int) -> str | None:
+    """The rules on the per-stage knobs and the schedule, which needs the micro-batch count `m` and the layers
+    (`blocks`): a pipeline whose chunks do not divide the layers takes the remainder from its end chunks (the
+    presets' split, strategy.presets._even_counts; Megatron's uneven first and last stages), except under
+    interleaving, whose virtual stages Megatron splits evenly."""
     if sched == "dualpipev":  # a V of two chunks per rank over a pipeline, fed 2 pp micro-batches at least
         if vpp != 2:
             return "invalid_combination"
         if m < 2 * pp:
             return "divisibility"
-    elif vpp > 1 and m % pp:  # interleaving works in groups of pp micro-batches
+    elif vpp > 1 and (m % pp or blocks % (pp * vpp)):  # interleaving works in groups of pp micro-batches
         return "divisibility"
     if sp and tp == 1:
         return "invalid_combination"
