@@ -639,7 +639,6 @@ class _Compose:
             overlap_param_gather=np.array([c.overlap_param_gather for c in cands]),
             host_sync=np.full(n, self.ab._host_sync), gamma=np.full(n, self.gamma), **out)
 
-
     def replayed(self, ch: dict[str, dict[str, Any]], send_f: np.ndarray, send_b: np.ndarray, p_max: int,
                  v_max: int) -> tuple[np.ndarray, np.ndarray]:
         """The DualPipeV candidates' orders replayed (sim.analytic.replay_order, as the single-configuration
