@@ -439,3 +439,55 @@ def test_default_schedules_add_dualpipev_for_a_mixture_of_experts() -> None:
     assert knob_values(SearchSpace(schedule=["dualpipev"]), dense, 8)["schedule"] == ["dualpipev"]
     assert parse_space({"schedule": ["dualpipev"]}).schedule == ["dualpipev"]
     assert parse_space({"tp": [1, 2]}).schedule is None
+
+
+MOE_JOB = {"model": {"name": "mixtral-8x7b", "layers": 4, "seq_len": 1024}, "cluster": {"name": "dgx-h100"},
+           "strategy": {"ep_dispatcher": "deepep", "ep_overlap": True}}
+
+
+def test_search_holds_the_jobs_expert_parallel_knobs() -> None:
+    """A job's ep_dispatcher / ep_overlap are held for every candidate with ep > 1 (the space does not vary them),
+    its bounds' reduced jobs included: each simulated row ran with them, the bounds stay below those runs, and
+    the best strategy carries them."""
+    space = SearchSpace(micro_batch=[1], cp=[1], recompute=["none"], zero=[1], overlap_param_gather=[False],
+                        tp_comm_overlap=[False], sequence_parallel=[False], vpp=[1], schedule=["1f1b"])
+    res = search(MOE_JOB, [1], 16, space=space, top=2, pareto_memory=False)
+    rows = [r for r in res.per_nodes[0].rows if r.get("error") is None]
+    moe = [r for r in rows if r["ep"] > 1]
+    assert moe and all('"ep_dispatcher":"deepep"' in r["job"] and '"ep_overlap":true' in r["job"] for r in moe)
+    assert all('"ep_overlap"' not in r["job"] for r in rows if r["ep"] == 1)
+    base, model, cl = _setup(MOE_JOB, 1)
+    bm = BoundModel({**base, "strategy": MOE_JOB["strategy"]}, model, cl)
+    for r in moe:
+        c = Candidate(**{k: r[k] for k in Candidate.__dataclass_fields__ if r.get(k) is not None})
+        lb, mem = bm.bounds(c)
+        assert 0 < lb <= r["iteration_time_s"] * (1 + 1e-9), c
+        assert 0 < mem <= r["peak_memory_gib"] * 2**30 * (1 + 1e-9), c
+    best = res.entry(res.best)["strategy"]
+    if best["ep"] > 1:
+        assert best["ep_dispatcher"] == "deepep" and best["ep_overlap"] is True
+    else:
+        assert "ep_overlap" not in best
+
+
+@pytest.mark.parametrize(("args", "field"), [(["--ep-dispatcher", "nccl"], "strategy.ep_dispatcher")])
+def test_cli_bad_held_knob_is_one_line(args: list[str], field: str) -> None:
+    p = _cli("search", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--nodes", "1", *args)
+    assert p.returncode == 2 and field in p.stderr and "Traceback" not in p.stderr
+
+
+def test_simulate_without_degrees_holds_the_expert_parallel_knobs(tmp_path: object) -> None:
+    """`simulate` with ep_dispatcher / ep_overlap and no degree searches (they are held, not a strategy that
+    needs ep > 1 before the search chose one), and the job it simulates keeps them where ep > 1."""
+    from trainsim.cli import main
+
+    job = tmp_path / "moe.yaml"
+    job.write_text(json.dumps({**MOE_JOB, "cluster": {"name": "dgx-h100", "nodes": 1},
+                               "strategy": {**MOE_JOB["strategy"], "global_batch": 16, "recompute": "none",
+                                            "zero": 1}}))
+    out = tmp_path / "o.json"
+    main(["simulate", str(job), "--json", str(out), "-q"])
+    data = json.loads(out.read_text())
+    assert "strategy_search" in data
+    strat = data["job"]["strategy"]
+    assert strat["ep"] == 1 or (strat["ep_dispatcher"] == "deepep" and strat["ep_overlap"] is True)

@@ -16,7 +16,7 @@ from .config import DEFAULT_JOB, JobConfig, LayeredJob, apply_flags, load_yaml, 
 from .console import PhaseProgress
 from .errors import ConfigError
 from .files import Outputs, json_text, write_outputs
-from .optimize.space import strategy_text
+from .optimize.space import held_knobs, strategy_text
 
 if TYPE_CHECKING:
     from .optimize.search import SearchResult
@@ -143,6 +143,10 @@ def search_cmd(
                                           "overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, "
                                           "schedule, tp_across_nodes)")] = None,
     tp_across_nodes: Annotated[bool, Opt("--tp-across-nodes", help="let tensor parallelism span nodes")] = False,
+    ep_dispatcher: Annotated[str | None, Opt(help="held for every candidate with ep > 1: alltoall | deepep "
+                                             "(two-hop dispatch)")] = None,
+    ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap", help="held for every candidate with "
+                                           "ep > 1: all-to-alls under a paired micro-batch's compute")] = None,
     top: Annotated[int, Opt(help="configurations in the table (found exactly: more costs more simulations)")] = 3,
     time_limit: Annotated[float | None, Opt("--time-limit", help="stop after this many seconds (the best so "
                                             "far, not proven)")] = None,
@@ -191,6 +195,11 @@ def search_cmd(
         job["simulation"]["dtype"] = dtype
     node_list = parse_nodes(nodes) or [int(job["cluster"].pop("nodes", 0) or 0) or _one_node(job)]
     job["cluster"].pop("nodes", None)
+    held = held_knobs({**strategy, **{k: v for k, v in (("ep_dispatcher", ep_dispatcher),
+                                                        ("ep_overlap", ep_overlap)) if v is not None}})
+    if held:  # checked as an expert-parallel strategy would take them
+        parse_job({"strategy": {**held, "ep": 2}})
+        job["strategy"] = held
     checked = parse_job({**job, "strategy": {}})  # the job's keys checked before any search work
     from .api import check_compute_model
 
@@ -223,7 +232,8 @@ def _one_node(job: dict[str, Any]) -> int:
 AUTO_TIME_LIMIT_S = 60.0
 """How long `simulate` searches when it is given no parallel degree (the best so far is used after that)."""
 _AUTO_FIXED = {"recompute", "zero", "fsdp", "micro_batch", "sequence_parallel", "schedule", "overlap_grad_reduce",
-               "overlap_param_gather", "tp_comm_overlap", "global_batch"}
+               "overlap_param_gather", "tp_comm_overlap", "global_batch", "ep_dispatcher", "ep_node_limit",
+               "ep_overlap"}
 """Strategy keys a job may set and still have its parallel degrees chosen by the search (as fixed knobs)."""
 
 
@@ -247,12 +257,19 @@ def resolve_job(config: str | None, flags: dict[str, Any], quiet: bool, time_lim
     from .api import check_compute_model
 
     layered = apply_flags(load_yaml(config) if config is not None else None, flags)
-    job = parse_job(layered.data)
+    searching = wants_search(layered.data)
+    raw = layered.data.get("strategy")
+    held = held_knobs(raw) if searching and isinstance(raw, dict) else {}
+    if held:  # the expert-parallel knobs a search holds: checked as an expert-parallel strategy takes them
+        parse_job({"strategy": {**held, "ep": 2}})
+        job = parse_job({**layered.data, "strategy": {k: v for k, v in raw.items() if k not in held}})
+    else:
+        job = parse_job(layered.data)
     check_compute_model(job.simulation)
     if time_limit_s is not None and not 0 < time_limit_s < math.inf:
         raise ConfigError("--search-time-limit", f"must be > 0 seconds, got {time_limit_s}",
                           "pass a positive number of seconds")
-    if not wants_search(layered.data):
+    if not searching:
         return job, None, layered
     given = {k: v for k, v in (flags.get("strategy") or {}).items() if v is not None}
     if not layered.from_default and config is not None:  # a job file's own strategy keys hold too
@@ -271,6 +288,8 @@ def auto_strategy(data: dict[str, Any], given: dict[str, Any], quiet: bool,
 
     strat = {k: v for k, v in given.items() if v is not None}
     job = {k: dict(data.get(k) or {}) for k in ("model", "cluster", "simulation")}
+    if held := held_knobs(strat):  # the expert-parallel dispatch and overlap, for every candidate with ep > 1
+        job["strategy"] = held
     from .api import cluster_and_model
 
     cl, model = cluster_and_model(job)

@@ -31,7 +31,7 @@ from ..hardware.cluster import Cluster
 from ..strategy.presets import ParallelSpec, chunk_assignment, stage_layers
 from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_index, schedule_order
 from ..workload.ir import Model
-from .space import Candidate
+from .space import Candidate, with_held
 
 # The activation term of the memory bound is scaled down by this much: the reduced job attributes a
 # tensor freed across a layer boundary to the neighbouring layer (a chunk that starts with a block holds
@@ -118,6 +118,7 @@ class BoundModel:
             attempts.append((gpn // world, {"nodes": 1}))
         for pp, cluster in attempts:
             job = {k: dict(v) for k, v in self.base.items()}
+            held = job.pop("strategy", {})  # the search's held expert-parallel knobs (space.HELD_KNOBS)
             job["model"]["layers"] = pp
             job["cluster"] = {**job.get("cluster", {}), **cluster}
             job["strategy"] = {"tp": c.tp, "cp": c.cp, "ep": c.ep, "dp": dp, "pp": pp, "vpp": 1,
@@ -125,6 +126,7 @@ class BoundModel:
                                "global_batch": c.micro_batch * dp, "recompute": c.recompute, "zero": c.zero,
                                "tp_comm_overlap": c.tp_comm_overlap,
                                "overlap_param_gather": c.overlap_param_gather, "cp_comm": c.cp_comm, **over}
+            job["strategy"] = with_held(job["strategy"], held, c.ep)
             try:
                 jc: JobConfig = parse_job(job)
                 clu, _, tree = job_tree(jc)

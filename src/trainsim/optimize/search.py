@@ -24,7 +24,15 @@ from typing import Any
 from ..api import cluster_and_model, job_from_keywords
 from ..errors import ConfigError
 from .bounds import BoundModel
-from .space import PRUNE_REASONS, Candidate, SearchSpace, enumerate_space, strategy_section
+from .space import (
+    PRUNE_REASONS,
+    Candidate,
+    SearchSpace,
+    enumerate_space,
+    held_knobs,
+    strategy_section,
+    with_held,
+)
 
 BOUND_MARGIN = 0.005  # a bound within 0.5% of the k-th best is simulated anyway (float and attribution slack)
 FRONT_WINDOW = 0.10  # the throughput / memory-headroom front is exact down to 90% of the best throughput
@@ -63,6 +71,7 @@ class SearchResult:
     wall_s: float
     reduced_jobs: int = 0
     front_exact: bool = False  # the memory-headroom front was completed (pareto_memory), not just read off
+    held: dict[str, Any] = field(default_factory=dict)  # the job's strategy keys every ep > 1 candidate took
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -120,7 +129,8 @@ class SearchResult:
 
     def entry(self, row: dict[str, Any]) -> dict[str, Any]:
         """A row as the JSON gives it: the strategy as the job YAML writes it, plus the results."""
-        return {"strategy": strategy_section(row), "nodes": row.get("nodes"), "n_gpus": row.get("n_gpus"),
+        return {"strategy": with_held(strategy_section(row), self.held, row.get("ep") or 1), "nodes": row.get("nodes"),
+                "n_gpus": row.get("n_gpus"),
                 **{k: row.get(k) for k in RESULT_KEYS}}
 
     def to_json(self) -> dict[str, Any]:
@@ -176,8 +186,13 @@ def pareto(rows: list[dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
 
 
 def _base_job(job: dict[str, Any], nodes: int) -> dict[str, Any]:
+    """The job's model, cluster (at `nodes`) and simulation sections, and the strategy keys a search holds
+    (space.HELD_KNOBS)."""
     base = {k: dict(job.get(k) or {}) for k in ("model", "cluster", "simulation")}
     base["cluster"]["nodes"] = nodes
+    held = held_knobs(job.get("strategy") if isinstance(job.get("strategy"), dict) else None)
+    if held:
+        base["strategy"] = held
     return base
 
 
@@ -185,8 +200,9 @@ def search(job: dict[str, Any], nodes: list[int], global_batch: int, *, space: S
            top: int = 3, time_limit_s: float | None = None, runner: Any = None, store: Any = None,
            study: str = "search", exhaustive: bool = False, pareto_memory: bool = False,
            beat_s: float | None = None, progress: SearchProgress | None = None) -> SearchResult:
-    """Search the strategy space of `job` (its model, cluster and simulation sections; strategy ignored)
-    at each node count. `runner` evaluates batches of jobs (optimize.runners.Runner; in-process when
+    """Search the strategy space of `job` (its model, cluster and simulation sections; of its strategy only the
+    expert-parallel dispatch and overlap, space.HELD_KNOBS, held for every candidate with ep > 1) at each node
+    count. `runner` evaluates batches of jobs (optimize.runners.Runner; in-process when
     None), `store` keeps every evaluated row (optimize.store.ResultsStore). `exhaustive` simulates every
     candidate that passes the static rules (the reference the bounds are tested against). `beat_s`: also
     simulate every configuration that could be faster than this iteration time (to rank a given strategy:
@@ -214,7 +230,9 @@ def search(job: dict[str, Any], nodes: list[int], global_batch: int, *, space: S
                          exhaustive, progress, beat_s)
         per_nodes.append(ns.run(pareto_memory))
         reduced += ns.bm.reduced_jobs
-    return SearchResult(per_nodes, top, time.perf_counter() - t0, reduced, front_exact=pareto_memory and not exhaustive)
+    held = held_knobs(job.get("strategy") if isinstance(job.get("strategy"), dict) else None)
+    return SearchResult(per_nodes, top, time.perf_counter() - t0, reduced, front_exact=pareto_memory and not exhaustive,
+                        held=held)
 
 
 class _NodeSearch:
@@ -243,7 +261,9 @@ class _NodeSearch:
             self.progress(f"{what} ({self.cluster.world_size} GPUs)", done, total)
 
     def _settle(self, batch: list[int]) -> None:
-        jobs = [{**self.base, "strategy": self.scored[i][2].strategy()} for i in batch]
+        held = self.base.get("strategy") or {}
+        jobs = [{**self.base, "strategy": with_held(c.strategy(), held, c.ep)}
+                for c in (self.scored[i][2] for i in batch)]
         for i, row in zip(batch, self.run_batch(jobs), strict=True):
             self.done[i] = True
             row["nodes"] = self.nodes

@@ -86,6 +86,21 @@ class Candidate:
         return strategy_section(asdict(self))
 
 
+HELD_KNOBS = ("ep_dispatcher", "ep_node_limit", "ep_overlap")
+"""Strategy keys a search takes from the job as given (the space does not vary them): how expert parallelism
+dispatches and overlaps its all-to-alls, for every candidate with ep > 1."""
+
+
+def held_knobs(strategy: dict[str, Any] | None) -> dict[str, Any]:
+    """The HELD_KNOBS a job's strategy section sets."""
+    return {k: v for k, v in (strategy or {}).items() if k in HELD_KNOBS and v is not None}
+
+
+def with_held(section: dict[str, Any], held: dict[str, Any], ep: int) -> dict[str, Any]:
+    """A candidate's strategy section with the job's held knobs (expert-parallel ones: where ep > 1)."""
+    return {**held, **section} if held and ep > 1 else section
+
+
 def strategy_section(values: dict[str, Any]) -> dict[str, Any]:
     """A configuration's knobs (a Candidate's fields, or the same columns of a results row) as the job YAML's
     strategy section: vpp > 1 runs the interleaved schedule (DualPipeV its own), cp_comm only where there is context
