@@ -195,10 +195,9 @@ def search_cmd(
         job["simulation"]["dtype"] = dtype
     node_list = parse_nodes(nodes) or [int(job["cluster"].pop("nodes", 0) or 0) or _one_node(job)]
     job["cluster"].pop("nodes", None)
-    held = held_knobs({**strategy, **{k: v for k, v in (("ep_dispatcher", ep_dispatcher),
-                                                        ("ep_overlap", ep_overlap)) if v is not None}})
-    if held:  # checked as an expert-parallel strategy would take them
-        parse_job({"strategy": {**held, "ep": 2}})
+    held = _checked_held({**strategy, **{k: v for k, v in (("ep_dispatcher", ep_dispatcher),
+                                                           ("ep_overlap", ep_overlap)) if v is not None}})
+    if held:
         job["strategy"] = held
     checked = parse_job({**job, "strategy": {}})  # the job's keys checked before any search work
     from .api import check_compute_model
@@ -227,6 +226,15 @@ def _one_node(job: dict[str, Any]) -> int:
     from .api import preset_cluster
 
     return preset_cluster(job["cluster"].get("name", "dgx-a100")).nodes
+
+
+def _checked_held(strategy: dict[str, Any]) -> dict[str, Any]:
+    """The expert-parallel knobs a search holds (optimize.space.held_knobs) of a strategy section, checked as an
+    expert-parallel strategy takes them (a bad value is the usual one-line error)."""
+    held = held_knobs(strategy)
+    if held:
+        parse_job({"strategy": {**held, "ep": 2}})
+    return held
 
 
 AUTO_TIME_LIMIT_S = 60.0
@@ -259,9 +267,8 @@ def resolve_job(config: str | None, flags: dict[str, Any], quiet: bool, time_lim
     layered = apply_flags(load_yaml(config) if config is not None else None, flags)
     searching = wants_search(layered.data)
     raw = layered.data.get("strategy")
-    held = held_knobs(raw) if searching and isinstance(raw, dict) else {}
-    if held:  # the expert-parallel knobs a search holds: checked as an expert-parallel strategy takes them
-        parse_job({"strategy": {**held, "ep": 2}})
+    held = _checked_held(raw) if searching and isinstance(raw, dict) else {}
+    if held:  # held for the search's ep > 1 candidates, not a strategy that needs ep > 1 before it chose one
         job = parse_job({**layered.data, "strategy": {k: v for k, v in raw.items() if k not in held}})
     else:
         job = parse_job(layered.data)

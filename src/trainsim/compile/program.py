@@ -35,7 +35,7 @@ from ..strategy.precision import FP8_ACTIVATION_BYTES, NF4_BYTES_PER_PARAM, Prec
 from ..strategy.presets import EXPERT_OPS
 from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_place
 from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree, recompute_modules
-from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpKind, OpValues, SavedTensor
+from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpValues, SavedTensor
 from .layout import (
     Layout,
     input_grad_layout,
@@ -514,8 +514,8 @@ class _Lowerer:
     def _tensor_bytes(self, op: Op, t: SavedTensor, leaf: LeafConfig, split: Split, layer: Layer) -> float:
         s = split if t.as_used else {**split, **leaf.saved.get((op.name, t.name), {})}
         # cached in FP8: a block linear's input (not the MoE router's, which stays in higher precision: DeepSeek-V3
-        # sec. 3.3.1; _fp8_gemm)
-        fp8 = self.prec.fp8_activations and t.name == "input" and _fp8_gemm(layer, op)
+        # sec. 3.3.1; strategy.precision.low_precision_gemm)
+        fp8 = self.prec.fp8_activations and t.name == "input" and low_precision_gemm(layer.kind, op)
         return tensor_bytes(op, t.dims, s, self.mesh, FP8_ACTIVATION_BYTES if fp8 else t.bytes_per_elem * self.act_scale)
 
     def _saved(self, op: Op, layer: Layer, leaf: LeafConfig, split: Split, recompute: str,
@@ -934,7 +934,7 @@ class _Lowerer:
     def _weight_elem_bytes(self, layer: Layer, op: Op) -> float:
         """Bytes of one stored element of op's weight: the training dtype's, FP8 for an FP8 GEMM under
         fp8_params, NF4 for the part a QLoRA base keeps quantised (Op.nf4_fraction)."""
-        elem = self.prec.weight_bytes(self.prec.fp8_params and _fp8_gemm(layer, op))
+        elem = self.prec.weight_bytes(self.prec.fp8_params and low_precision_gemm(layer.kind, op))
         if op.nf4_fraction:
             elem = op.nf4_fraction * NF4_BYTES_PER_PARAM + (1.0 - op.nf4_fraction) * elem
         return elem
@@ -996,13 +996,6 @@ class LayerSync:
     gather_axes: tuple[str, ...]
     param_bytes_adjust: float = 0.0  # bytes beside states[0] x param_bytes: weights stored in FP8 or NF4
     optimizer_bytes_adjust: float = 0.0  # bytes beside states[2] x optimizer_bytes: factored moments
-
-
-def _fp8_gemm(layer: Layer, op: Op) -> bool:
-    """Whether an op is one of the FP8 GEMMs whose weight an FP8 recipe can keep in FP8 and whose input it can
-    stash in FP8 (strategy.precision.low_precision_gemm: a block's weighted linear, not the embedding's, the
-    output layer's or the MoE router's)."""
-    return op.kind == OpKind.MATMUL and low_precision_gemm(layer.kind, op.name, op.weight is not None)
 
 
 def layer_sync(tree: StrategyTree, precision: Precision, layer: Layer, leaf: LeafConfig, tied_here: bool,

@@ -22,7 +22,7 @@ from ..hardware.cluster import Cluster
 from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
-from ..strategy.precision import low_precision_gemm
+from ..strategy.precision import low_precision_gemm, weighted_gemm
 from ..workload.ir import Op, OpKind, OpValues
 from .comm import CommModel, NcclComm, port_key, two_hop_dispatch
 from .compute import LOW_PRECISION_GEMM, ComputeModel
@@ -402,8 +402,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
 def _high_precision(s: Step, layer_kinds: dict[str, str]) -> bool:
     """A weighted GEMM step that a low-precision recipe leaves in BF16 (strategy.precision.low_precision_gemm)."""
     op = s.op
-    return (op is not None and op.kind == OpKind.MATMUL and op.weight is not None
-            and not low_precision_gemm(layer_kinds.get(s.layer, ""), op.name, True))
+    return op is not None and weighted_gemm(op) and not low_precision_gemm(layer_kinds.get(s.layer, ""), op)
 
 
 _COPIED_LISTS = {"fwd": ("fwd", "grad_sync", "post_step"), "bwd": ("bwd",)}

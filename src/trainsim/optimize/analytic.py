@@ -56,7 +56,7 @@ from ..sim.analytic import (
     stack,
 )
 from ..strategy.mesh import DeviceMesh
-from ..strategy.schedules import chunk_index
+from ..strategy.schedules import chunk_index, run_kind
 from ..strategy.tree import LeafConfig
 from ..workload.ir import Layer, Model
 from .space import Candidate
@@ -632,8 +632,7 @@ class _Compose:
             out["pipeline_end_s"], out["held_chunks"] = self.replayed(ch, send_f[:, 0], send_b[:, 0], p_max, v_max)
         return StageBatch(
             pp=p, vpp=v, micro_batches=np.array([c.micro_batches for c in cands]),
-            schedule=np.array([SCHEDULES.index(c.schedule if c.schedule == "dualpipev" or c.vpp == 1
-                                               else "interleaved") for c in cands]),
+            schedule=np.array([SCHEDULES.index(run_kind(c.schedule, c.vpp)) for c in cands]),
             max_ongoing=np.zeros(n, dtype=np.int64),
             overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in cands]),
             overlap_param_gather=np.array([c.overlap_param_gather for c in cands]),

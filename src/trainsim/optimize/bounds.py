@@ -252,34 +252,33 @@ class BoundModel:
             occupancy.append(sum(fwd[k] + bwd[k] for k in stage_chunks[s]))
             grad_work.append(m * sum(data.grad_stream_s[x] for x in red) + sum(data.reduce_s[x] for x in red))
             static.append(sum(data.state_bytes[x] for x in red) + workspace_bytes(self.cluster.device))
-        after = _w_after_last_b(pp, m) if c.schedule == "zb-h1" else None
-        drain = _dualpipev_after_last_b(pp, m) if dual else None
+        after = _after_last_b(c.schedule, pp, m, v) if c.schedule in ZERO_BUBBLE_KINDS else None
 
-        def cost(ph: str, vc: int, s: int) -> float:
-            k = stage_chunks[s][vc]
-            return fwd[k] if ph == "F" else wgrad[k] if ph == "W" else bwd[k] - wgrad[k]
+        def after_s(s: int) -> float:
+            """Seconds of what rank s runs after its last B of virtual chunk 0 (its order's items, `after`)."""
+            items = after[s] if after is not None else None
+            assert items is not None
+            total = 0.0
+            for ph, vc, n in items:
+                k = stage_chunks[s][vc]
+                total += n * (fwd[k] if ph == "F" else wgrad[k] if ph == "W" else bwd[k] - wgrad[k])
+            return total
 
         best = 0.0
         for s in range(pp):
             fill = sum(fwd[:s])
             own_end = fill + m * occupancy[s]
             t = own_end + tails[s]
-            if drain is not None:
-                # DualPipeV: the last micro-batch's input gradients still run down the V's first arm (chunks s - 1
-                # .. 0, ranks s - 1 .. 0) after this rank's last first-arm B; then rank 0 runs what its order puts
-                # after its own, then ends
-                if drain[s] is not None and drain[0] is not None:
-                    t = max(t, own_end - sum(n * cost(ph, vc, s) for ph, vc, n in drain[s])
-                            + sum(bwd[k] - wgrad[k] for k in range(s))
-                            + sum(n * cost(ph, vc, 0) for ph, vc, n in drain[0]) + tails[0])
-            elif s > 0 and after is None:
+            if after is not None:
+                # zero bubble (ZB-H1; DualPipeV's first arm): after this rank's last B of its first chunk it may
+                # still owe items (weight gradients); below it the last micro-batch's input gradients go down to
+                # rank 0, which runs what its order puts after its own last B, then ends
+                if (s > 0 or dual) and after[s] is not None and after[0] is not None:
+                    t = max(t, own_end - after_s(s) + sum(bwd[k] - wgrad[k] for k in range(s)) + after_s(0)
+                            + tails[0])
+            elif s > 0:
                 # the last micro-batch's backward still runs down the stages below, then stage 0 ends
                 t = max(t, own_end + sum(bwd[:s]) + tails[0])
-            elif s > 0:
-                # ZB-H1: this stage may still owe weight gradients after its last backward; below it the input
-                # gradients go down, and stage 0 runs its last weight gradients, then ends
-                t = max(t, own_end - after[s] * wgrad[s] + sum(bwd[k] - wgrad[k] for k in range(s))
-                        + after[0] * wgrad[0] + tails[0])
             best = max(best, t, grad_work[s])
         held = _in_flight(c.schedule if v == 1 or dual else "interleaved", pp, m, v)
         memory = max(static[s] + ACTIVATION_SAFETY * held[s] * min(act[k] for k in stage_chunks[s])
@@ -306,13 +305,13 @@ def _in_flight(kind: str, pp: int, m: int, v: int) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _dualpipev_after_last_b(pp: int, m: int) -> tuple[tuple[tuple[str, int, int], ...] | None, ...]:
-    """Per pipeline rank, the items DualPipeV runs after the rank's last input-gradient B of its first-arm chunk
-    (virtual chunk 0), as (phase, virtual chunk, count); None where that B is not the last micro-batch's (then the
-    bound leaves the drain out)."""
+def _after_last_b(kind: str, pp: int, m: int, v: int) -> tuple[tuple[tuple[str, int, int], ...] | None, ...]:
+    """Per pipeline rank, the items a zero-bubble schedule (ZB-H1; DualPipeV) runs after the rank's last
+    input-gradient B of its virtual chunk 0 (DualPipeV's first arm), as (phase, virtual chunk, count); None where
+    that B is not the last micro-batch's (then the bound leaves the drain out)."""
     out: list[tuple[tuple[str, int, int], ...] | None] = []
     for r in range(pp):
-        order = schedule_order("dualpipev", pp, m, r, 2)
+        order = schedule_order(kind, pp, m, r, v)
         last_b = max(i for i, (phase, _, vc) in enumerate(order) if phase == "B" and vc == 0)
         if order[last_b][1] != m - 1:
             out.append(None)
@@ -321,17 +320,6 @@ def _dualpipev_after_last_b(pp: int, m: int) -> tuple[tuple[tuple[str, int, int]
         for phase, _, vc in order[last_b + 1:]:
             counts[(phase, vc)] += 1
         out.append(tuple((ph, vc, n) for (ph, vc), n in sorted(counts.items())))
-    return tuple(out)
-
-
-@lru_cache(maxsize=4096)
-def _w_after_last_b(pp: int, m: int) -> tuple[int, ...]:
-    """Per pipeline rank, the weight-gradient (W) items ZB-H1 runs after the rank's last backward (B)."""
-    out = []
-    for r in range(pp):
-        order = schedule_order("zb-h1", pp, m, r, 1)
-        last_b = max(i for i, (phase, _, _) in enumerate(order) if phase == "B")
-        out.append(sum(1 for phase, _, _ in order[last_b + 1:] if phase == "W"))
     return tuple(out)
 
 

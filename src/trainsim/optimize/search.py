@@ -185,13 +185,16 @@ def pareto(rows: list[dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
     return out
 
 
+def _held(job: dict[str, Any]) -> dict[str, Any]:
+    """The strategy keys of `job` a search holds for its candidates (space.HELD_KNOBS)."""
+    return held_knobs(job.get("strategy") if isinstance(job.get("strategy"), dict) else None)
+
+
 def _base_job(job: dict[str, Any], nodes: int) -> dict[str, Any]:
-    """The job's model, cluster (at `nodes`) and simulation sections, and the strategy keys a search holds
-    (space.HELD_KNOBS)."""
+    """The job's model, cluster (at `nodes`) and simulation sections, and the strategy keys a search holds."""
     base = {k: dict(job.get(k) or {}) for k in ("model", "cluster", "simulation")}
     base["cluster"]["nodes"] = nodes
-    held = held_knobs(job.get("strategy") if isinstance(job.get("strategy"), dict) else None)
-    if held:
+    if held := _held(job):
         base["strategy"] = held
     return base
 
@@ -230,9 +233,8 @@ def search(job: dict[str, Any], nodes: list[int], global_batch: int, *, space: S
                          exhaustive, progress, beat_s)
         per_nodes.append(ns.run(pareto_memory))
         reduced += ns.bm.reduced_jobs
-    held = held_knobs(job.get("strategy") if isinstance(job.get("strategy"), dict) else None)
     return SearchResult(per_nodes, top, time.perf_counter() - t0, reduced, front_exact=pareto_memory and not exhaustive,
-                        held=held)
+                        held=_held(job))
 
 
 class _NodeSearch:

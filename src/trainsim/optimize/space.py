@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..strategy.schedules import run_kind
 from ..workload.ir import Model
 
 PRUNE_REASONS = {
@@ -106,8 +107,9 @@ def strategy_section(values: dict[str, Any]) -> dict[str, Any]:
     strategy section: vpp > 1 runs the interleaved schedule (DualPipeV its own), cp_comm only where there is context
     parallelism."""
     out = {k: values[k] for k in Candidate.__dataclass_fields__ if k in values}
-    if (out.get("vpp") or 1) > 1 and out.get("schedule") != "dualpipev":
-        out["schedule"] = "interleaved"
+    kind = run_kind(str(out.get("schedule")), out.get("vpp") or 1)
+    if kind == "interleaved" or "schedule" in out:
+        out["schedule"] = kind
     if (out.get("cp") or 1) == 1:
         out.pop("cp_comm", None)
     return out
@@ -241,7 +243,7 @@ def _inner_reason(tp: int, pp: int, dp: int, cp: int, vpp: int, sp: bool, zero: 
 
 def strategy_text(row: dict[str, Any]) -> str:
     """A configuration in one short line: degrees, micro-batch, recompute, ZeRO, flags, schedule."""
-    sched = "interleaved" if (row.get("vpp") or 1) > 1 and row.get("schedule") != "dualpipev" else row.get("schedule")
+    sched = run_kind(str(row.get("schedule")), row.get("vpp") or 1)
     degrees = f"tp{row['tp']} pp{row['pp']} dp{row['dp']}" + "".join(
         f" {k}{row[k]}" for k in ("cp", "ep", "vpp") if (row.get(k) or 1) > 1)
     return (f"{degrees} mb{row['micro_batch']} {row['recompute']} zero{row['zero']} {_flags_text(row)} "

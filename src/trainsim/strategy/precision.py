@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..workload.ir import Op, OpKind
+
 OptimizerKind = Literal["adam", "adam_8bit", "adafactor", "muon"]
 OPTIMIZERS: tuple[str, ...] = ("adam", "adam_8bit", "adafactor", "muon")
 """Optimizers whose states trainsim prices: Adam/AdamW (two moments), block-wise 8-bit Adam, Adafactor (a
@@ -36,11 +38,15 @@ TopKRouter is a plain GEMM; DeepSeek-V3 keeps its gating in BF16/FP32, arXiv 241
 multi-token-prediction module's output head (the main head's weight, in BF16 like it)."""
 
 
-def low_precision_gemm(layer_kind: str, op_name: str, weighted: bool) -> bool:
-    """Whether an FP8 / NVFP4 recipe runs a weighted GEMM in that precision (and can keep its weight in FP8,
-    stash its input in FP8): a block's weighted linear, not the embedding's or the output layer's, not the
-    MoE router."""
-    return weighted and layer_kind not in HIGH_PRECISION_LAYERS and op_name not in HIGH_PRECISION_OPS
+def weighted_gemm(op: Op) -> bool:
+    """A GEMM with a weight: the ops a low-precision recipe may run in FP8 / NVFP4."""
+    return op.kind == OpKind.MATMUL and op.weight is not None
+
+
+def low_precision_gemm(layer_kind: str, op: Op) -> bool:
+    """Whether an FP8 / NVFP4 recipe runs `op` in that precision (and can keep its weight in FP8, stash its input
+    in FP8): a block's weighted linear, not the embedding's or the output layer's, not the MoE router."""
+    return weighted_gemm(op) and layer_kind not in HIGH_PRECISION_LAYERS and op.name not in HIGH_PRECISION_OPS
 
 
 def _dtype_bytes(dtype: str) -> float:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..workload.ir import Layer, Model, Op
 from .mesh import DeviceMesh
+from .schedules import run_kind
 from .tree import (
     RECOMPUTE_MODES,
     SCHEDULES,
@@ -322,7 +323,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.offload = p.offload
     tree.offload_activations = p.offload_activations
     m = p.global_batch // (p.micro_batch * p.dp)
-    kind = "interleaved" if p.vpp > 1 and p.schedule != "dualpipev" else p.schedule
+    kind = run_kind(p.schedule, p.vpp)
     cap = p.max_ongoing if kind == "dynamic" or (p.max_ongoing is not None and p.max_ongoing < min(p.pp, m)) \
         else None
     tree.root.schedule_config = ScheduleConfig(n_micro_batch=m, kind=kind, virtual_stages=p.vpp,

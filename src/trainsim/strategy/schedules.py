@@ -155,6 +155,12 @@ def zb_h1(p: int, m: int, rank: int) -> list[WorkItem]:
     return order
 
 
+def run_kind(schedule: str, vpp: int) -> str:
+    """The schedule a strategy's `schedule` runs at `vpp` chunks per rank: 1F1B with virtual stages interleaves
+    (Megatron); DualPipeV is its own two-chunk V."""
+    return "interleaved" if vpp > 1 and schedule != "dualpipev" else schedule
+
+
 ZERO_BUBBLE_KINDS = ("zb-h1", "dualpipev")
 """Schedules whose backwards are split into B (input gradients) and W (weight gradients) work items."""
 
