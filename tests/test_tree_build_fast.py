@@ -2,8 +2,10 @@
 
 - a zoo transformer builds one block's ops and shares them among its blocks: the same values as building
   every block afresh, each block with a list of its own;
-- build_strategy derives a leaf's configs once per op list and copies them: equal to deriving every leaf,
-  and no leaf shares a mutable container with another (primitives edit them in place);
+- build_strategy derives a leaf's configs once per op list and shares that LeafConfig among the layers with
+  the list: equal to deriving every leaf; two leaves share a mutable container only by being one shared object
+  (primitives edit them in place, after taking the node's own copy: copy on write), and an edit through a
+  primitive changes its own layer only;
 - resolve skips propagation in layers whose dimensions are all decided: the same tree as the generic loop,
   also after edits with the primitives and on a second resolve.
 """
@@ -110,23 +112,41 @@ def _build(model: Model, spec: ParallelSpec) -> StrategyTree:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
-@given(job=jobs())
-def test_copied_leaves_equal_derived_leaves_and_share_nothing(job: tuple[Model, ParallelSpec]) -> None:
+@given(job=jobs(), which=st.integers(0, 10))
+def test_shared_leaves_equal_derived_leaves_and_edits_stay_on_their_layer(job: tuple[Model, ParallelSpec],
+                                                                          which: int) -> None:
     model, spec = job
     tree = _build(model, spec)
     leaves = [n for n in tree.root.walk() if n.layer is not None]
     for node in leaves:
         assert _leaf_value(node.leaf) == _leaf_value(preset_leaf(node.layer, spec, model.batch_dim))
-    seen: dict[int, str] = {}
+    seen: dict[int, int] = {}  # container -> the LeafConfig holding it
     for node in leaves:
         for obj in _containers(node.leaf):
-            assert seen.setdefault(id(obj), node.name) == node.name, f"{node.name} shares a config with another"
-    # LeafConfig.copy sets the fields directly: every field, equal values, nothing shared with the original
+            assert seen.setdefault(id(obj), id(node.leaf)) == id(node.leaf), f"{node.name}: a config in two leaves"
+    holders: dict[int, int] = {}
+    for node in leaves:
+        holders[id(node.leaf)] = holders.get(id(node.leaf), 0) + 1
+    assert all(node.leaf.shared for node in leaves if holders[id(node.leaf)] > 1)
+    # LeafConfig.copy sets the fields directly: every field, equal values, unshared, nothing in common
     for node in leaves[:3]:
         copied = node.leaf.copy()
         assert set(vars(copied)) == {f.name for f in fields(LeafConfig)}
-        assert copied == node.leaf
+        assert copied == node.leaf and not copied.shared
         assert not {id(o) for o in _containers(copied)} & {id(o) for o in _containers(node.leaf)}
+    # an edit through a primitive (on a layer whose leaf others share, where there is one) changes that layer
+    tree.resolve()
+    sharing = [n for n in leaves if holders[id(n.leaf)] > 1] or leaves
+    node = sharing[which % len(sharing)]
+    before = [_leaf_value(n.leaf) for n in leaves]
+    op = next((op for op in node.layer.ops if any(node.leaf.ops.get(op.name, {}).values())), node.layer.ops[0])
+    dim = next((d for d, axes in node.leaf.ops.get(op.name, {}).items() if axes), next(iter(op.dims)))
+    node.op(op.name).split(dim)  # no axes: the dimension replicated
+    tree.resolve()
+    after = [_leaf_value(n.leaf) for n in leaves]
+    changed = {n.name for n, b, a in zip(leaves, before, after, strict=True) if b != a}
+    assert changed <= {node.name}
+    assert node.leaf.explicit[op.name] >= {dim} and not node.leaf.shared
 
 
 def _tree_value(tree: StrategyTree) -> list[tuple]:
@@ -139,10 +159,11 @@ def _edit(tree: StrategyTree, which: int) -> None:
     if not blocks:
         return
     node = blocks[which % len(blocks)]
+    leaf = node.own_leaf()  # the layer's own configs (its block's may be shared)
     for op in node.layer.ops[1:]:
-        node.leaf.explicit[op.name] = set()
-        for d in list(node.leaf.ops[op.name])[::2]:
-            node.leaf.ops[op.name].pop(d)
+        leaf.explicit[op.name] = set()
+        for d in list(leaf.ops[op.name])[::2]:
+            leaf.ops[op.name].pop(d)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])

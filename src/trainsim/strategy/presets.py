@@ -333,7 +333,9 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.root.shard_items = frozenset(ZERO_ITEMS[p.zero])
     chunk_of = chunk_assignment(model, p.pp * p.vpp, stage_layers(model, p))
     # A leaf's configs depend only on its ops (and the spec), and the blocks of a zoo model share their op
-    # objects: derive them once per op list, give every further layer with that list its own copy.
+    # objects: derive them once per op list and share that LeafConfig among the layers with the list (copy on
+    # write: a node that is edited takes its own copy, StrategyNode.own_leaf). Lowering then keys each shared
+    # leaf once, and a simulation that edits nothing never copies one.
     derived: dict[tuple[int, ...], LeafConfig] = {}
     for node in tree.root.walk():
         layer: Layer | None = node.layer
@@ -347,7 +349,8 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
         if first is None:
             node.leaf = derived[key] = preset_leaf(layer, p, model.batch_dim)
         else:
-            node.leaf = first.copy()
+            first.shared = True
+            node.leaf = first
     return tree
 
 

@@ -118,11 +118,14 @@ class LeafConfig:
     memory: dict[tuple[str, str], Split] = field(default_factory=dict)  # (op, item) -> storage override
     propagated: dict[str, set[str]] = field(default_factory=dict)  # dims `resolve` inferred, redone each time
     derived: set[str] = field(default_factory=set)  # ops whose weights / extras `resolve` derived
+    # several nodes hold this object (a preset's identical layers): never edited in place; a node that edits
+    # its configs takes its own copy first (StrategyNode.own_leaf: copy on write)
+    shared: bool = field(default=False, compare=False, repr=False)
 
     def copy(self) -> LeafConfig:
-        """An independent copy: every dict, set and config object fresh (primitives edit them in place),
-        the axis tuples shared (immutable). Cheaper than deriving an identical layer's configs again."""
-        new = object.__new__(LeafConfig)  # the fields set directly: a preset copies a leaf per layer
+        """An independent, unshared copy: every dict, set and config object fresh (primitives edit them in
+        place), the axis tuples shared (immutable)."""
+        new = object.__new__(LeafConfig)  # the fields set directly: cheaper than the constructor
         new.__dict__.update(
             ops={o: s.copy() for o, s in self.ops.items()},
             weights={o: _fresh(w, weight=w.weight.copy(), grad=w.grad.copy(), optimizer=w.optimizer.copy())
@@ -132,7 +135,7 @@ class LeafConfig:
             explicit={o: d.copy() for o, d in self.explicit.items()},
             memory={k: s.copy() for k, s in self.memory.items()},
             propagated={o: d.copy() for o, d in self.propagated.items()},
-            derived=self.derived.copy())
+            derived=self.derived.copy(), shared=False)
         return new
 
 
@@ -208,6 +211,13 @@ class StrategyNode:
 
     def __iter__(self) -> Iterator[StrategyNode]:
         return iter(self.children)
+
+    def own_leaf(self) -> LeafConfig:
+        """This node's configs, to edit: its own copy first when it shares them with other nodes (a preset
+        gives identical layers one LeafConfig; every edit goes through here, so an edit stays on its node)."""
+        if self.leaf.shared:
+            self.leaf = self.leaf.copy()
+        return self.leaf
 
     def walk(self) -> Iterator[StrategyNode]:
         yield self
@@ -374,7 +384,7 @@ class OpNode:
             raise ConfigError(f"strategy.{self.name}.{tensor}", f"saved tensor has no dimension '{dim}'",
                               f"its dimensions are {', '.join(saved[tensor].dims)}")
         _check_axes(self.node, self.op, dim, tuple(axes), pad=False)
-        self.node.leaf.saved.setdefault((self.op.name, tensor), {})[dim] = tuple(axes)
+        self.node.own_leaf().saved.setdefault((self.op.name, tensor), {})[dim] = tuple(axes)
         return self
 
     def __getattr__(self, item: str) -> ItemNode:
@@ -466,7 +476,7 @@ class ItemNode:
             raise ConfigError(f"strategy.{self.opnode.name}.{self.item}", f"weight has no dimension '{dim}'",
                               f"its dimensions are {', '.join(op.weight)}")
         _check_axes(self.opnode.node, op, dim, tuple(axes), pad=False)
-        self.opnode.node.leaf.memory.setdefault((op.name, self.item), {})[dim] = tuple(axes)
+        self.opnode.node.own_leaf().memory.setdefault((op.name, self.item), {})[dim] = tuple(axes)
         return self
 
 
@@ -498,7 +508,7 @@ def _set_splits(targets: Sequence[tuple[StrategyNode, Op, str]], axes: tuple[str
     def copy(d: dict[str, Any], name: str) -> Any:
         return None if name not in d else type(d[name])(d[name])
 
-    saved = {(id(n), op.name): (n, op.name, copy(n.leaf.ops, op.name), copy(n.leaf.explicit, op.name))
+    saved = {(id(n), op.name): (n, op.name, copy(n.own_leaf().ops, op.name), copy(n.leaf.explicit, op.name))
              for n, op, _ in targets}
     try:
         for n, op, d in targets:
@@ -515,7 +525,8 @@ def _set_splits(targets: Sequence[tuple[StrategyNode, Op, str]], axes: tuple[str
 
 def _set_split(node: StrategyNode, op: Op, dim: str, axes: tuple[str, ...], pad: bool) -> None:
     _check_axes(node, op, dim, axes, pad)
-    split = node.leaf.ops.setdefault(op.name, {})
+    leaf = node.own_leaf()
+    split = leaf.ops.setdefault(op.name, {})
     loops = _iteration_dims(op)
     clash = ([a for d, ax in split.items() if d != dim and d in loops for a in ax if a in axes]
              if dim in loops else [])
@@ -527,7 +538,7 @@ def _set_split(node: StrategyNode, op: Op, dim: str, axes: tuple[str, ...], pad:
         split[dim] = axes
     else:
         split.pop(dim, None)
-    node.leaf.explicit.setdefault(op.name, set()).add(dim)
+    leaf.explicit.setdefault(op.name, set()).add(dim)
 
 
 @dataclass
@@ -616,6 +627,8 @@ class StrategyTree:
         for node, _, _, items in inherited:  # per op of every layer: a plain loop (a simulation resolves ~10^3)
             assert node.layer is not None
             leaf = node.leaf
+            if leaf.shared and not _filled(leaf, node.layer.ops):  # a shared leaf is edited by none of its nodes
+                leaf = node.own_leaf()
             splits, weights, extras, derived = leaf.ops, leaf.weights, leaf.extras, leaf.derived
             for op in node.layer.ops:
                 name = op.name
@@ -713,6 +726,8 @@ class StrategyTree:
         """Dataflow propagation (Proteus section VII): a dimension of an op nobody set takes the
         split its producer's output has on the same dimension, less the mesh axes the op already uses."""
         for node, _, _, _ in inherited:  # forget what the last resolve inferred: the user may have changed things
+            if not node.leaf.propagated:  # (a shared leaf's is empty: only an owned leaf is propagated into)
+                continue
             for o, dims in node.leaf.propagated.items():
                 split = node.leaf.ops.get(o, {})
                 for d in dims:
@@ -728,6 +743,7 @@ class StrategyTree:
                 split = leaf.ops[last.name]
                 prev = {d: split[d] for d in last.output if d in split}
                 continue
+            leaf = node.own_leaf()
             outs: dict[str, Split] = {}
             cur = prev
             for op in node.layer.ops:
@@ -860,6 +876,24 @@ class StrategyTree:
         return cls.from_dict(model, data)
 
 
+def _filled(leaf: LeafConfig, ops: Sequence[Op]) -> bool:
+    """Whether `resolve` would write nothing into the leaf: every op has its split, nothing is derived (to
+    redo), every weighted op has its memory configs and every other op with parameters its states."""
+    if leaf.derived:
+        return False
+    splits, weights, extras = leaf.ops, leaf.weights, leaf.extras
+    for op in ops:
+        name = op.name
+        if name not in splits:
+            return False
+        if op.weight is not None:
+            if name not in weights:
+                return False
+        elif op.extra_params and name not in extras:
+            return False
+    return True
+
+
 def _decided(leaf: LeafConfig, ops: Sequence[Op]) -> bool:
     """Whether every dimension of every op of a (non-empty) layer was set explicitly, as presets and saved
     trees do: dataflow propagation then changes nothing in the layer, and `_propagate` skips it."""
@@ -881,7 +915,7 @@ def _load_leaf(node: StrategyNode, cfg: dict[str, Any]) -> None:
             raise ConfigError(f"{where}.{name}", f"layer has no op '{name}'", f"its ops are {', '.join(ops)}")
         return ops[name]
 
-    leaf = node.leaf
+    leaf = node.own_leaf()
     unknown = sorted(set(cfg) - {"ops", "weights", "states", "saved", "padded"})
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}", "unknown key in a layer's config",
