@@ -160,6 +160,7 @@ class CachingAllocator:
         free_lists, tails, expandable, expand = self._free, self._tail, self.expandable, self._expand
         bisect_left, insort, append = bisect.bisect_left, bisect.insort, handles.append
         allocated, peak = self.allocated_bytes, self.peak_allocated_bytes
+        reserved, peak_reserved = self.reserved_bytes, self.peak_reserved_bytes  # new segments (not expandable)
         for op in ops:
             if op >= 0:
                 small = op <= SMALL_SIZE_BYTES
@@ -169,11 +170,12 @@ class CachingAllocator:
                     bid = lst.pop(i) & _ID_MASK
                 elif expandable:
                     bid = expand(small, op)
-                else:  # a new segment (made here: warm-up forwards make thousands)
-                    seg = segment_size(op)
-                    self.reserved_bytes += seg
-                    if self.reserved_bytes > self.peak_reserved_bytes:
-                        self.peak_reserved_bytes = self.reserved_bytes
+                else:  # a new segment (made here: warm-up forwards make thousands): segment_size, inline
+                    seg = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES if op < MIN_LARGE_ALLOC_BYTES \
+                        else -(-op // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
+                    reserved += seg
+                    if reserved > peak_reserved:
+                        peak_reserved = reserved
                     bid = len(sizes)
                     sizes.append(seg)
                     offset.append(0)
@@ -231,6 +233,8 @@ class CachingAllocator:
                     tails[small] = h
             insort(lst, sizes[h] << _KEY_SHIFT | h)
         self.allocated_bytes, self.peak_allocated_bytes = allocated, peak
+        if not expandable:  # (expandable segments grow in _expand, which keeps the reserved counters itself)
+            self.reserved_bytes, self.peak_reserved_bytes = reserved, peak_reserved
 
 
 @dataclass(frozen=True)
