@@ -624,10 +624,16 @@ class StrategyTree:
         inherited = self._inherited()
         self._check_chunks(inherited)
         self._propagate(inherited)
+        filled: set[int] = set()  # shared leaves this pass found complete (the loop below writes nothing there)
         for node, _, _, items in inherited:  # per op of every layer: a plain loop (a simulation resolves ~10^3)
             assert node.layer is not None
             leaf = node.leaf
-            if leaf.shared and not _filled(leaf, node.layer.ops):  # a shared leaf is edited by none of its nodes
+            if leaf.shared:  # edited by none of its nodes: complete, or the node takes its own copy
+                if id(leaf) in filled:
+                    continue
+                if _filled(leaf, node.layer.ops):
+                    filled.add(id(leaf))
+                    continue
                 leaf = node.own_leaf()
             splits, weights, extras, derived = leaf.ops, leaf.weights, leaf.extras, leaf.derived
             for op in node.layer.ops:
@@ -735,14 +741,20 @@ class StrategyTree:
                         split.pop(d, None)
             node.leaf.propagated.clear()
         prev: Split = {}
+        handed: tuple[Split, Op] | None = None  # a decided layer's last split and op: what it hands on, unread yet
+        decided: set[int] = set()  # shared leaves found decided (their nodes have the same ops: build_strategy)
         for node, _, _, _ in inherited:
             assert node.layer is not None
             leaf = node.leaf
-            if _decided(leaf, node.layer.ops):  # nothing to infer: only the layout handed to the next layer
+            if id(leaf) in decided or _decided(leaf, node.layer.ops):  # nothing to infer: only its output layout
+                if leaf.shared:
+                    decided.add(id(leaf))
                 last = node.layer.ops[-1]
-                split = leaf.ops[last.name]
-                prev = {d: split[d] for d in last.output if d in split}
+                handed = (leaf.ops[last.name], last)
                 continue
+            if handed is not None:
+                split, last = handed
+                prev, handed = {d: split[d] for d in last.output if d in split}, None
             leaf = node.own_leaf()
             outs: dict[str, Split] = {}
             cur = prev
