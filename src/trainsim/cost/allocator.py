@@ -170,19 +170,37 @@ class CachingAllocator:
                     bid = lst.pop(i) & _ID_MASK
                 elif expandable:
                     bid = expand(small, op)
-                else:  # a new segment (made here: warm-up forwards make thousands): segment_size, inline
+                else:  # a new segment (made here: warm-up forwards make thousands): segment_size, inline;
+                    # the block and the rest split off it made at once (the split below, for a fresh segment)
                     seg = SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES if op < MIN_LARGE_ALLOC_BYTES \
                         else -(-op // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
                     reserved += seg
                     if reserved > peak_reserved:
                         peak_reserved = reserved
                     bid = len(sizes)
-                    sizes.append(seg)
-                    offset.append(0)
-                    prev.append(-1)
-                    nxt.append(-1)
-                    used.append(False)
-                    smalls.append(small)
+                    rest = seg - op
+                    if rest >= MIN_BLOCK_BYTES if small else rest > SMALL_SIZE_BYTES:
+                        sizes += (op, rest)
+                        offset += (0, op)
+                        prev += (-1, bid)
+                        nxt += (bid + 1, -1)
+                        used += (True, False)
+                        smalls += (small, small)
+                        insort(lst, rest << _KEY_SHIFT | (bid + 1))
+                        have = op
+                    else:
+                        sizes.append(seg)
+                        offset.append(0)
+                        prev.append(-1)
+                        nxt.append(-1)
+                        used.append(True)
+                        smalls.append(small)
+                        have = seg
+                    allocated += have
+                    if allocated > peak:
+                        peak = allocated
+                    append(bid)
+                    continue
                 have = sizes[bid]
                 rest = have - op
                 if rest >= MIN_BLOCK_BYTES if (small or expandable) else rest > SMALL_SIZE_BYTES:
