@@ -8,7 +8,11 @@ DeepSeek-V3 as published (2048 H800, PP16, EP64; issue 23) <= 1 s.
 Per case: the warm wall time (best of --repeat after one warm-up call), the cold first call's
 `simulation_wall_s` (what the CLI reports: imports excluded, first-call costs included), peak RSS, the
 tasks of the iteration and how the micro-batches were folded. Prints numbers; asserts nothing.
-Usage: python benchmarks/speed.py [--repeat N] [--only SUBSTRING]
+Each case runs in --processes fresh processes and the best of them is printed (cold: the best first call):
+on a shared VM one process can run at about 60% speed throughout, the same code (measured on the allocator
+replay alone: 7.7 ms in one process, 12.5 ms in the next), which a best-of-calls within one process cannot
+see past; the spread is printed beside the best.
+Usage: python benchmarks/speed.py [--repeat N] [--processes P] [--only SUBSTRING]
 """
 
 from __future__ import annotations
@@ -64,21 +68,28 @@ print(json.dumps({{"wall_s": min(walls), "cold_s": cold, "rss_mib": resource.get
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="warm calls per case (the best is printed)")
+    ap.add_argument("--processes", type=int, default=3, help="fresh processes per case (the best is printed)")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     args = ap.parse_args()
-    print(f"{'case':<66}{'warm s':>8}{'cold s':>8}{'RSS MiB':>9}{'tasks':>8}{'iter s':>9}{'MFU':>7}  micro-batches")
+    print(f"{'case':<66}{'warm s':>8}{'cold s':>8}{'RSS MiB':>9}{'tasks':>8}{'iter s':>9}{'MFU':>7}  micro-batches"
+          "  (warm s of each process)")
     walls = {}
     for name, job in CASES.items():
         if args.only not in name:
             continue
-        out = subprocess.run([sys.executable, "-c", PROBE.format(job=job, repeat=args.repeat)], capture_output=True,
-                             text=True, check=True)
-        d = json.loads(out.stdout.strip().splitlines()[-1])
+        runs = []
+        for _ in range(max(1, args.processes)):
+            out = subprocess.run([sys.executable, "-c", PROBE.format(job=job, repeat=args.repeat)],
+                                 capture_output=True, text=True, check=True)
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        d = min(runs, key=lambda r: r["wall_s"])
+        cold = min(r["cold_s"] for r in runs)
         walls[name] = d["wall_s"]
         fold = d["fold"] or "all simulated"
         fold = fold.split(",")[0] if fold.startswith("folded") else "all simulated"
-        print(f"{name:<66}{d['wall_s']:>8.3f}{d['cold_s']:>8.3f}{d['rss_mib']:>9.0f}{d['tasks']:>8}"
-              f"{d['iteration_s']:>9.3f}{100 * d['mfu']:>6.1f}%  {fold}")
+        spread = " ".join(f"{r['wall_s']:.3f}" for r in runs)
+        print(f"{name:<66}{d['wall_s']:>8.3f}{cold:>8.3f}{max(r['rss_mib'] for r in runs):>9.0f}{d['tasks']:>8}"
+              f"{d['iteration_s']:>9.3f}{100 * d['mfu']:>6.1f}%  {fold}  ({spread})")
     scale = [v for k, v in walls.items() if "16 micro-batches/pipeline" in k]
     if len(scale) == 3:
         print(f"growth 64 -> 16384 GPUs: {scale[-1] / scale[0]:.2f}x")
