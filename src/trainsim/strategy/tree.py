@@ -141,7 +141,7 @@ class LeafConfig:
 
 def _fresh(like: T, **fields: object) -> T:
     """A new instance of plain dataclass `like`'s class with exactly `fields` (all of them) set, without the
-    constructor's keyword handling (LeafConfig.copy makes a few per op of every layer)."""
+    constructor's keyword handling (LeafConfig.copy makes a few per op of the layer it copies)."""
     new = object.__new__(type(like))
     new.__dict__.update(fields)
     return new
