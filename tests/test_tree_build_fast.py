@@ -184,3 +184,25 @@ def test_resolve_fast_path_equals_generic_propagation(job: tuple[Model, Parallel
             tree.resolve()
             results.append((first, second, _tree_value(tree)))
     assert results[0] == results[1]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(job=jobs())
+def test_resolve_owns_an_incomplete_shared_leaf_before_filling_it(job: tuple[Model, ParallelSpec]) -> None:
+    """A shared leaf that resolve must fill (here: weight configs left to derivation) is copied per node first:
+    every node ends with the configs an unshared tree derives, and the shared object itself is not written."""
+    model, spec = job
+    shared_tree, plain_tree = _build(model, spec), _build(model, spec)
+    for tree in (shared_tree, plain_tree):
+        for node in tree.root.walk():
+            if node.layer is not None:
+                leaf = node.leaf if tree is shared_tree else node.own_leaf()
+                leaf.weights.clear()  # left to resolve: it derives them (sharded_weight_config)
+    originals = {id(n.leaf): n.leaf for n in shared_tree.root.walk() if n.layer is not None and n.leaf.shared}
+    assume(originals)
+    shared_tree.resolve()
+    plain_tree.resolve()
+    assert _tree_value(shared_tree) == _tree_value(plain_tree)
+    assert all(not leaf.weights for leaf in originals.values())  # nothing written into a shared object
+    assert not any(n.leaf.shared for n in shared_tree.root.walk() if n.layer is not None and n.layer.ops
+                   and any(op.weight is not None for op in n.layer.ops))
