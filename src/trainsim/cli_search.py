@@ -267,7 +267,7 @@ def resolve_job(config: str | None, flags: dict[str, Any], quiet: bool, time_lim
     layered = apply_flags(load_yaml(config) if config is not None else None, flags)
     searching = wants_search(layered.data)
     raw = layered.data.get("strategy")
-    held = _checked_held(raw) if searching and isinstance(raw, dict) else {}
+    held = _checked_held(raw) if searching else {}
     if held:  # held for the search's ep > 1 candidates, not a strategy that needs ep > 1 before it chose one
         job = parse_job({**layered.data, "strategy": {k: v for k, v in raw.items() if k not in held}})
     else:

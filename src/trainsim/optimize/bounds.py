@@ -256,10 +256,9 @@ class BoundModel:
 
         def after_s(s: int) -> float:
             """Seconds of what rank s runs after its last B of virtual chunk 0 (its order's items, `after`)."""
-            items = after[s] if after is not None else None
-            assert items is not None
+            assert after is not None and after[s] is not None
             total = 0.0
-            for ph, vc, n in items:
+            for ph, vc, n in after[s]:
                 k = stage_chunks[s][vc]
                 total += n * (fwd[k] if ph == "F" else wgrad[k] if ph == "W" else bwd[k] - wgrad[k])
             return total

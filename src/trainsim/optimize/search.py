@@ -129,9 +129,8 @@ class SearchResult:
 
     def entry(self, row: dict[str, Any]) -> dict[str, Any]:
         """A row as the JSON gives it: the strategy as the job YAML writes it, plus the results."""
-        return {"strategy": with_held(strategy_section(row), self.held, row.get("ep") or 1), "nodes": row.get("nodes"),
-                "n_gpus": row.get("n_gpus"),
-                **{k: row.get(k) for k in RESULT_KEYS}}
+        return {"strategy": with_held(strategy_section(row), self.held, row.get("ep") or 1),
+                "nodes": row.get("nodes"), "n_gpus": row.get("n_gpus"), **{k: row.get(k) for k in RESULT_KEYS}}
 
     def to_json(self) -> dict[str, Any]:
         best = self.best
@@ -185,16 +184,11 @@ def pareto(rows: list[dict[str, Any]], a: str, b: str) -> list[dict[str, Any]]:
     return out
 
 
-def _held(job: dict[str, Any]) -> dict[str, Any]:
-    """The strategy keys of `job` a search holds for its candidates (space.HELD_KNOBS)."""
-    return held_knobs(job.get("strategy") if isinstance(job.get("strategy"), dict) else None)
-
-
 def _base_job(job: dict[str, Any], nodes: int) -> dict[str, Any]:
     """The job's model, cluster (at `nodes`) and simulation sections, and the strategy keys a search holds."""
     base = {k: dict(job.get(k) or {}) for k in ("model", "cluster", "simulation")}
     base["cluster"]["nodes"] = nodes
-    if held := _held(job):
+    if held := held_knobs(job.get("strategy")):
         base["strategy"] = held
     return base
 
@@ -234,7 +228,7 @@ def search(job: dict[str, Any], nodes: list[int], global_batch: int, *, space: S
         per_nodes.append(ns.run(pareto_memory))
         reduced += ns.bm.reduced_jobs
     return SearchResult(per_nodes, top, time.perf_counter() - t0, reduced, front_exact=pareto_memory and not exhaustive,
-                        held=_held(job))
+                        held=held_knobs(job.get("strategy")))
 
 
 class _NodeSearch:

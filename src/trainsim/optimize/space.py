@@ -92,9 +92,11 @@ HELD_KNOBS = ("ep_dispatcher", "ep_node_limit", "ep_overlap")
 dispatches and overlaps its all-to-alls, for every candidate with ep > 1."""
 
 
-def held_knobs(strategy: dict[str, Any] | None) -> dict[str, Any]:
-    """The HELD_KNOBS a job's strategy section sets."""
-    return {k: v for k, v in (strategy or {}).items() if k in HELD_KNOBS and v is not None}
+def held_knobs(strategy: Any) -> dict[str, Any]:  # noqa: ANN401 - a job's section as given (checked here)
+    """The HELD_KNOBS a job's strategy section sets (none where the section is missing or not a mapping)."""
+    if not isinstance(strategy, dict):
+        return {}
+    return {k: v for k, v in strategy.items() if k in HELD_KNOBS and v is not None}
 
 
 def with_held(section: dict[str, Any], held: dict[str, Any], ep: int) -> dict[str, Any]:
