@@ -49,6 +49,12 @@ class ComputeParams(_Strict):
     attention_kernel_speed: dict[str, float] = Field(
         default_factory=dict, description="speed of another fused attention kernel relative to FlashAttention-2 "
         "on this family (flash3, cudnn, triton)")
+    ssd_fp32_multiple_fwd: float = Field(
+        1.263, gt=0, description="Mamba2's chunked SSD scan (mamba_ssm's Triton kernels), forward: FLOP/s reached "
+        "as a multiple of the device's FP32 (CUDA-core) peak; measured on an H200 over 10 shapes "
+        "(benchmarks/data/gpu_h200/mamba_ssd.csv, geometric mean)")
+    ssd_fp32_multiple_bwd: float = Field(
+        0.668, gt=0, description="the same for its backward (FLOPs counted as twice the forward's)")
     hbm_efficiency: float = Field(gt=0, le=1, description="achievable / peak HBM bandwidth for streaming ops")
     kernel_overhead_s: float = Field(ge=0, description="GPU-side gap per kernel (launch + ramp)")
     host_overhead_s: float = Field(0.0, ge=0, description="framework (CPU) time to dispatch one op, per kernel")

@@ -11,6 +11,7 @@ Efficiency of a contraction (GEMM, convolution, batched matmul) is the product o
 This follows NVIDIA's "Matrix Multiplication Background User's Guide" (tile and wave quantisation)
 and is the structure the accuracy issue calibrates per device family; a dtype whose kernels reach a
 different share of their own peak (fp32 SGEMM on CUDA cores, tf32, fp8) has its own peak fraction.
+Mamba2's SSD scan runs at its measured throughput, a multiple of the FP32 peak (`ssd_rate`).
 Megatron's unfused attention uses its fused scale-mask-softmax kernel only where that kernel takes the
 per-rank shape; elsewhere PyTorch's five-kernel fp32 softmax runs. Fused attention runs at the kernel's
 share of peak (`attention_efficiency`): FlashAttention-2's long-sequence, head-dim-128 fraction, slower at
@@ -200,6 +201,14 @@ class RooflineCompute:
             eff *= p.attention_causal_max * blocks / (blocks + p.attention_causal_tiles)
         return min(1.0, eff)
 
+    def ssd_rate(self, device: Device, bwd: bool) -> float:
+        """FLOP/s of Mamba2's chunked SSD scan (mamba_ssm's Triton kernels). Measured on an H200 at 9% (forward)
+        and 4.5% (backward) of the BF16 tensor peak, and far under the HBM bandwidth: the chunk-serial state passing
+        and small per-chunk matmuls bound it, not the tensor cores. So it is priced per device as a multiple of the
+        FP32 (CUDA-core) peak, which follows SMs x clock across generations (an assumption off Hopper)."""
+        p = self.params
+        return device.peak_flops("fp32") * (p.ssd_fp32_multiple_bwd if bwd else p.ssd_fp32_multiple_fwd)
+
     def op_time(self, op: Op, local: Mapping[str, float], phase: str, device: Device, dtype: str) -> float:
         low = dtype in LOW_PRECISION_GEMM and op.kind == OpKind.MATMUL and op.weight is not None
         if dtype in LOW_PRECISION_GEMM and not low:
@@ -220,6 +229,9 @@ class RooflineCompute:
                 cast_bytes = _cast_bytes(op, local, phase, dtype)
                 t += cast_bytes / hbm
                 kernels += 1 if cast_bytes else 0
+        elif op.kind == OpKind.ATTENTION and op.kernel == "ssd":
+            t = max(flops / self.ssd_rate(device, bwd), bytes_ / hbm)
+            kernels = 1
         elif op.kind == OpKind.ATTENTION:
             frac = self.attention_efficiency(op, local, bwd)
             hw_flops = flops * attention_score_share(op, local) * (1.25 if bwd else 1.0)  # bwd recomputes P

@@ -76,7 +76,8 @@ class Op:
     window: int = 0  # ATTENTION: each query sees at most this many keys (sliding-window attention); 0: all of them
     bytes_per_elem: float = 2.0
     bwd_flops_factor: float = 2.0  # backward FLOPs / forward FLOPs (dgrad + wgrad = 2)
-    # ATTENTION only: the fused kernel that runs it (flash = FlashAttention-2, flash3, cudnn, triton)
+    # ATTENTION only: the fused kernel that runs it (flash = FlashAttention-2, flash3, cudnn, triton; ssd = Mamba2's
+    # chunked scan, mamba_ssm's Triton kernels)
     kernel: str = "flash"
     launches: int = 1  # kernels one phase of a non-GEMM op launches (> 1: an unfused PyTorch-eager chain)
     traffic: float = 1.0  # HBM bytes its kernels move / (inputs read + output written once): > 1 for such chains

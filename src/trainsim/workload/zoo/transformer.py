@@ -464,8 +464,8 @@ def _mamba2_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     convolution of width 4 over x, B and C; the chunked SSD scan; an RMSNorm gated by z; the output projection.
     The scan's work per token and head channel: 2 Q (the chunk's causal mixing of its outputs, chunk length Q),
     4 N (its chunk states and their read-out) and 2 Q N G / (heads x head_dim) (the chunk's C B^T per group);
-    its tensor-core kernels are priced as a fused attention kernel over chunk-length keys (their chunk matmuls are
-    attention-like Q x Q blocks). It keeps what mamba_ssm keeps: the projection's input, the convolution's, the
+    its kernels (mamba_ssm's Triton chunk scan, `kernel="ssd"`) are priced at their measured throughput
+    (cost.compute: ComputeParams.ssd_fp32_multiple_*). It keeps what mamba_ssm keeps: the projection's input, the convolution's, the
     scan's input and output, the norm's input and gate, the output projection's input; its chunk states are
     recomputed in backward. Heads (and every channel dimension) split over tp, as Megatron's Mamba does."""
     h, H, P, N, G = cfg.hidden, cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_state, cfg.mamba_groups
@@ -483,7 +483,7 @@ def _mamba2_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
            saved=(SavedTensor("input", ("b", "s", "mc")),)),
         Op("ssd", OpKind.ATTENTION, {**tok, "t": Q, "hm": H, "p": P, "mc": mc, "md": di},
            (("b", "s", "mc"),), ("b", "s", "md"), flop_dims=("b", "s", "hm", "p"), flops_per_point=per_channel,
-           extra_params=3 * H, bwd_flops_factor=2.0,  # dt bias, A and D per head
+           extra_params=3 * H, bwd_flops_factor=2.0, kernel="ssd",  # dt bias, A and D per head
            saved=(SavedTensor("input", ("b", "s", "mc")), SavedTensor("out", ("b", "s", "md")))),
         Op("mamba_norm", OpKind.NORM, {**tok, "md": di}, (("b", "s", "md"),), ("b", "s", "md"), extra_params=di,
            flops_per_point=NORM_FLOPS_PER_ELEM + 2.0,
