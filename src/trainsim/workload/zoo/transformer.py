@@ -465,9 +465,9 @@ def _mamba2_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     The scan's work per token and head channel: 2 Q (the chunk's causal mixing of its outputs, chunk length Q),
     4 N (its chunk states and their read-out) and 2 Q N G / (heads x head_dim) (the chunk's C B^T per group);
     its kernels (mamba_ssm's Triton chunk scan, `kernel="ssd"`) are priced at their measured throughput
-    (cost.compute: ComputeParams.ssd_fp32_multiple_*). It keeps what mamba_ssm keeps: the projection's input, the convolution's, the
-    scan's input and output, the norm's input and gate, the output projection's input; its chunk states are
-    recomputed in backward. Heads (and every channel dimension) split over tp, as Megatron's Mamba does."""
+    (cost.compute: ComputeParams.ssd_fp32_multiple_*). It keeps what mamba_ssm keeps: the projection's input, the
+    convolution's, the scan's input and output, the norm's input and gate, the output projection's input; its chunk
+    states are recomputed in backward. Heads (and every channel dimension) split over tp, as Megatron's Mamba does."""
     h, H, P, N, G = cfg.hidden, cfg.mamba_heads, cfg.mamba_head_dim, cfg.mamba_state, cfg.mamba_groups
     di = H * P
     mc = di + 2 * G * N  # x, B and C: what the convolution mixes
