@@ -42,6 +42,12 @@ def _line(name: str, errors: list[float]) -> str:
             f"  max {100 * max(errors, key=abs):+6.1f}%")
 
 
+def _print(groups: dict[str, list[float]]) -> None:
+    """One line per group of rows, in name order."""
+    for key in sorted(groups):
+        print(_line(key, groups[key]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=HERE / "data" / "gpu_h200")
@@ -61,8 +67,7 @@ def main() -> None:
         dense[f"{r['dtype']}, {small_n}"].append(err)
         if args.rows:
             print(f"    {r['dtype']} {row['m']}x{row['n']}x{row['k']} {r['notes'][:30]}: {100 * err:+.1f}%")
-    for key in sorted(dense):
-        print(_line(key, dense[key]))
+    _print(dense)
 
     print("grouped GEMMs of the experts (as a batched GEMM over the local experts)")
     grouped: dict[str, list[float]] = defaultdict(list)
@@ -73,8 +78,7 @@ def main() -> None:
         err = t / (float(r["time_us"]) * 1e-6) - 1
         size = ">= 1024" if int(r["m_per_group"]) >= 1024 else "< 1024"
         grouped[f"{r['impl']:11s} {r['pass']:5s} tokens/expert {size}"].append(err)
-    for key in sorted(grouped):
-        print(_line(key, grouped[key]))
+    _print(grouped)
 
     print("attention (causal; trainsim's kernel for the backend)")
     attn: dict[str, list[float]] = defaultdict(list)
@@ -87,8 +91,7 @@ def main() -> None:
         flops = 4.0 * row["heads"] * row["seq_len"] ** 2 * row["head_dim"] / 2 * (2.5 if r["direction"] == "bwd" else 1)
         err = predict_attention(params, row, dev) / (flops / (float(r["tflops"]) * 1e12)) - 1
         attn[f"{r['impl']} {r['direction']}"].append(err)
-    for key in sorted(attn):
-        print(_line(key, attn[key]))
+    _print(attn)
 
     print("Mamba2 SSD scan (GPU kernel time)")
     ssd: dict[str, list[float]] = defaultdict(list)
@@ -102,8 +105,7 @@ def main() -> None:
             ssd[phase].append(err)
             if args.rows:
                 print(f"    {r['model']} {phase}: {100 * err:+.1f}%")
-    for key in sorted(ssd):
-        print(_line(key, ssd[key]))
+    _print(ssd)
 
     print("one MoE layer, forward + backward, GPU kernel time (the eager PyTorch layer of moe_layer.csv)")
     for r in _rows(args.dir / "moe_layer.csv"):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from trainsim.cost.calibration import load_calibration
 from trainsim.cost.compute import RooflineCompute
 from trainsim.hardware.devices import get_device
+from trainsim.workload.ir import Op
 from trainsim.workload.zoo import transformer_config
 from trainsim.workload.zoo.transformer import _mamba2_ops
 
@@ -21,7 +22,7 @@ MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "gpu_h2
 
 
 def _ssd(heads: int = 64, head_dim: int = 64, state: int = 128, groups: int = 8, chunk: int = 128,
-         batch: int = 1, seq: int = 8192):
+         batch: int = 1, seq: int = 8192) -> Op:
     cfg = replace(transformer_config("nemotron-3-nano"), mamba_heads=heads, mamba_head_dim=head_dim,
                   mamba_state=state, mamba_groups=groups, mamba_chunk=chunk)
     return next(op for op in _mamba2_ops(cfg, batch, seq) if op.name == "ssd")
@@ -48,7 +49,7 @@ def test_the_scan_runs_at_its_fp32_multiple_by_hand() -> None:
 
 def test_the_scan_follows_the_cuda_cores_not_the_tensor_cores() -> None:
     """From an H100 to a B200 the scan speeds up by the FP32 peaks' ratio (75 / 67), not the BF16 one (2250 / 989);
-    the same precision is asked of both (the scan's dtype does not move it)."""
+    the job's precision (BF16 on one, FP8 on the other here) does not move it."""
     h100, b200 = get_device("h100-sxm"), get_device("b200")
     op = _ssd()
     gap = load_calibration().compute_for(h100).kernel_overhead_s

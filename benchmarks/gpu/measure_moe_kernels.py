@@ -2,7 +2,8 @@
 
 Writes CSVs to OUT_DIR (every row says how it was measured in the file's header comment):
   gemm.csv            dense GEMMs at the MoE models' shapes, BF16 and FP8 (per-tensor scaled), in the
-                      columns of trainsim/data/measurements/gemm_published.csv (the compute fit reads them)
+                      columns of trainsim/data/measurements/gemm_published.csv (so `trainsim calibrate` and
+                      the compute fit can read them; the packaged fit does not)
   grouped_gemm.csv    the experts' grouped GEMMs (forward, dgrad, wgrad of fc1 and fc2) at 64..4096 tokens per
                       expert: torch._grouped_mm (CUTLASS grouped kernel), torch.bmm (cuBLAS strided batched),
                       a loop of torch.mm (one cuBLAS kernel per expert), FP8 torch._scaled_grouped_mm
@@ -10,7 +11,7 @@ Writes CSVs to OUT_DIR (every row says how it was measured in the file's header 
                       attention_published.csv
   moe_layer.csv       one transformer layer (attention + routed experts as one expert-parallel rank sees them)
                       forward + backward in eager PyTorch: wall time, GPU kernel time and kernel count
-  moe_layer_kernels.csv  that layer's GPU time by kernel class
+  moe_layer_kernels.csv  that layer's GPU time by kernel class (moe_layer_traces.tar.gz: its Kineto traces)
   launch.csv          eager PyTorch's host time per launched kernel on this machine
   mamba_ssd.csv       Mamba2's SSD scan (mamba_ssm's Triton kernels; section `mamba`, needs MAMBA_SSM_PATH)
 Timing: CUDA events (triton.testing.do_bench, median, L2 flushed between calls) for kernels; the layer's wall
