@@ -21,7 +21,14 @@ from pathlib import Path
 
 from trainsim.cost.calibration import load_calibration
 from trainsim.cost.compute import RooflineCompute
-from trainsim.cost.fit_compute import attention_kernel, gemm_op, predict_attention, predict_gemm
+from trainsim.cost.fit_compute import (
+    attention_kernel,
+    gemm_op,
+    measured_attention_time,
+    measured_gemm_time,
+    predict_attention,
+    predict_gemm,
+)
 from trainsim.hardware.devices import get_device
 from trainsim.workload.zoo import transformer_config
 from trainsim.workload.zoo.transformer import _mamba2_ops, build_transformer
@@ -60,9 +67,9 @@ def main() -> None:
     print("dense GEMMs (time error, + = trainsim slower)")
     dense: dict[str, list[float]] = defaultdict(list)
     for r in _rows(args.dir / "gemm.csv"):
-        row = {"m": int(r["m"]), "n": int(r["n"]), "k": int(r["k"]), "batch": 1, "dtype": r["dtype"]}
-        measured = 2 * row["m"] * row["n"] * row["k"] / (float(r["tflops"]) * 1e12)
-        err = predict_gemm(params, row, dev) / measured - 1
+        row = {"m": int(r["m"]), "n": int(r["n"]), "k": int(r["k"]), "batch": 1, "dtype": r["dtype"],
+               "tflops": float(r["tflops"])}
+        err = predict_gemm(params, row, dev) / measured_gemm_time(row) - 1
         small_n = "router (n <= 256)" if row["n"] <= 256 else "n > 256"
         dense[f"{r['dtype']}, {small_n}"].append(err)
         if args.rows:
@@ -86,10 +93,10 @@ def main() -> None:
         if attention_kernel(r["impl"]) is None and r["impl"] != "flash2_sdpa":
             continue  # PyTorch's memory-efficient kernel: no trainsim counterpart
         row = {"batch": int(r["batch"]), "heads": int(r["heads"]), "seq_len": int(r["seq_len"]),
-               "head_dim": int(r["head_dim"]), "causal": True, "direction": r["direction"], "dtype": "bf16",
-               "impl": "flash2" if r["impl"] == "flash2_sdpa" else r["impl"]}
-        flops = 4.0 * row["heads"] * row["seq_len"] ** 2 * row["head_dim"] / 2 * (2.5 if r["direction"] == "bwd" else 1)
-        err = predict_attention(params, row, dev) / (flops / (float(r["tflops"]) * 1e12)) - 1
+               "head_dim": int(r["head_dim"]), "causal": r["causal"] == "true", "direction": r["direction"],
+               "dtype": "bf16", "impl": "flash2" if r["impl"] == "flash2_sdpa" else r["impl"],
+               "tflops": float(r["tflops"])}
+        err = predict_attention(params, row, dev) / measured_attention_time(row) - 1
         attn[f"{r['impl']} {r['direction']}"].append(err)
     _print(attn)
 

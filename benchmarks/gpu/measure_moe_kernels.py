@@ -2,8 +2,8 @@
 
 Writes CSVs to OUT_DIR (every row says how it was measured in the file's header comment):
   gemm.csv            dense GEMMs at the MoE models' shapes, BF16 and FP8 (per-tensor scaled), in the
-                      columns of trainsim/data/measurements/gemm_published.csv (so `trainsim calibrate` and
-                      the compute fit can read them; the packaged fit does not)
+                      columns of trainsim/data/measurements/gemm_published.csv (without its '#' header lines,
+                      `trainsim calibrate` reads it; the packaged fit does not)
   grouped_gemm.csv    the experts' grouped GEMMs (forward, dgrad, wgrad of fc1 and fc2) at 64..4096 tokens per
                       expert: torch._grouped_mm (CUTLASS grouped kernel), torch.bmm (cuBLAS strided batched),
                       a loop of torch.mm (one cuBLAS kernel per expert), FP8 torch._scaled_grouped_mm
@@ -345,13 +345,7 @@ per iteration""", ["model", "seq", "hidden", "local_experts", "tokens_per_expert
         kern = [ev for ev in events if ev.get("cat") == "kernel"]
         classes: dict[str, list[float]] = {}
         for ev in kern:
-            nm = ev.get("name", "").lower()
-            cls = ("attention" if any(s in nm for s in ("flash", "fmha", "attention", "sdpa", "cudnn")) else
-                   "gemm" if any(s in nm for s in ("gemm", "cutlass", "xmma", "sm90", "matmul", "cublas")) else
-                   "gather/scatter" if any(s in nm for s in ("index", "scatter", "gather")) else
-                   "reduce/sort/topk" if any(s in nm for s in ("reduce", "sort", "topk", "radix", "scan")) else
-                   "norm" if "norm" in nm else "elementwise/other")
-            classes.setdefault(cls, []).append(float(ev.get("dur", 0.0)))
+            classes.setdefault(_kernel_class(ev.get("name", "").lower()), []).append(float(ev.get("dur", 0.0)))
         gpu_ms = sum(sum(v) for v in classes.values()) / iters / 1e3
         w.writerow([name, seq, h, local, tpe, f"{statistics.median(walls):.3f}", f"{gpu_ms:.3f}",
                     len(kern) // iters, f"{statistics.median(fwds):.3f}"])
@@ -376,6 +370,19 @@ MAMBA_SHAPES = [("nemotron-3-nano", 64, 64, 128, 8, 128, 8192, 1), ("nemotron-3-
                 ("nano, 4k", 64, 64, 128, 8, 128, 4096, 1), ("nano, 16k", 64, 64, 128, 8, 128, 16384, 1),
                 ("super, 4k", 128, 64, 128, 8, 128, 4096, 1), ("nano, 2k", 64, 64, 128, 8, 128, 2048, 1)]
 """(model, heads, head dim, state, groups, chunk, sequence, batch) of the Mamba2 mixers measured."""
+
+
+def _kernel_class(name: str) -> str:
+    """The class moe_layer_kernels.csv files a kernel under, by its (lower-case) name."""
+    if any(s in name for s in ("flash", "fmha", "attention", "sdpa", "cudnn")):
+        return "attention"
+    if any(s in name for s in ("gemm", "cutlass", "xmma", "sm90", "matmul", "cublas")):
+        return "gemm"
+    if any(s in name for s in ("index", "scatter", "gather")):
+        return "gather/scatter"
+    if any(s in name for s in ("reduce", "sort", "topk", "radix", "scan")):
+        return "reduce/sort/topk"
+    return "norm" if "norm" in name else "elementwise/other"
 
 
 def _kernel_times(torch, bench: Bench, fn) -> dict[str, list[float]]:
