@@ -77,7 +77,7 @@ from .sim.result import (
 from .strategy.placement import placement
 from .strategy.precision import Precision
 from .strategy.presets import ParallelSpec, build_strategy
-from .strategy.tree import StrategyTree, selective_mode
+from .strategy.tree import StrategyTree, cuda_graph_scope, selective_mode
 from .workload.hf import build_hf_model
 from .workload.ir import Model
 from .workload.zoo import FEATURES, build_model, is_transformer, model_names
@@ -238,7 +238,8 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         last_stage_layers=s.last_stage_layers,
                         stage_layer_counts=tuple(s.stage_layers) if s.stage_layers is not None else None,
                         p2p_scatter_gather=s.p2p_scatter_gather,
-                        offload=s.offload, offload_activations=s.offload_activations)
+                        offload=s.offload, offload_activations=s.offload_activations,
+                        cuda_graphs=cuda_graph_scope(s.cuda_graphs))
 
 
 def _zoo_model(name: str, batch: int, seq_len: int | None, attention: str, dims: dict[str, int | None],
@@ -506,7 +507,7 @@ def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
                         ep_dispatcher=tree.ep_dispatcher, ep_node_limit=tree.ep_node_limit,
                         ep_overlap=tree.ep_overlap,
                         p2p_scatter_gather=tree.p2p_scatter_gather, offload=tree.offload,
-                        offload_activations=tree.offload_activations)
+                        offload_activations=tree.offload_activations, cuda_graphs=tree.cuda_graphs)
 
 
 def check_work(tree: StrategyTree, sim: SimulationSpec) -> WorkEstimate:
@@ -790,7 +791,7 @@ def _strategy_echo(tree: StrategyTree, spec: ParallelSpec, precision: Precision)
             "sequence_parallel": spec.sequence_parallel, "zero": spec.zero, "dp_replicate": spec.dp_replicate,
             "recompute": spec.recompute, "schedule": tree.schedule.kind, "micro_batch": spec.micro_batch,
             "global_batch": spec.global_batch, "grad_accumulation": tree.schedule.n_micro_batch,
-            "dtype": precision.compute_dtype}
+            "dtype": precision.compute_dtype, **({"cuda_graphs": list(tree.cuda_graphs)} if tree.cuda_graphs else {})}
 
 
 def _simulate_program(tree: StrategyTree, cl: Cluster, sim: SimulationSpec, spec: ParallelSpec,

@@ -118,6 +118,9 @@ def simulate(
                                                 "(Megatron --overlap-moe-expert-parallel-comm, DualPipe)")] = None,
     ep_node_limit: Annotated[int | None, Opt(help="with --ep-dispatcher deepep: nodes a token reaches at most "
                                                   "(DeepSeek-V3's node-limited routing: 4)")] = None,
+    cuda_graphs: Annotated[str | None, Opt(help="CUDA graphs: none (default) | full_iteration | captured modules, "
+                                                "comma-separated: attn, mlp, moe_router, moe_preprocess, moe, "
+                                                "mamba (Megatron --cuda-graph-scope)")] = None,
     dp_replicate: Annotated[int | None, Opt(help="HSDP: replicas of each FSDP/ZeRO sharding group "
                                                  "(shard over dp / dp_replicate ranks)")] = None,
     first_stage_layers: Annotated[int | None, Opt(help="uneven pipeline: layers on the first stage (Megatron "
@@ -234,6 +237,7 @@ def simulate(
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
                      "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm, "ep_dispatcher": ep_dispatcher,
                      "ep_node_limit": ep_node_limit, "ep_overlap": ep_overlap,
+                     "cuda_graphs": cuda_graphs,
                      "dp_replicate": dp_replicate, "first_stage_layers": first_stage_layers,
                      "last_stage_layers": last_stage_layers, "offload": offload,
                      "offload_in_switch": in_switch_collectives, "offload_activations": offload_activations,

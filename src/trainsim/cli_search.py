@@ -147,6 +147,9 @@ def search_cmd(
                                              "(two-hop dispatch)")] = None,
     ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap", help="held for every candidate with "
                                            "ep > 1: all-to-alls under a paired micro-batch's compute")] = None,
+    cuda_graphs: Annotated[str | None, Opt(help="held for every candidate: none | full_iteration | captured "
+                                           "modules, comma-separated (attn, mlp, moe_router, moe_preprocess, moe, "
+                                           "mamba)")] = None,
     top: Annotated[int, Opt(help="configurations in the table (found exactly: more costs more simulations)")] = 3,
     time_limit: Annotated[float | None, Opt("--time-limit", help="stop after this many seconds (the best so "
                                             "far, not proven)")] = None,
@@ -196,7 +199,8 @@ def search_cmd(
     node_list = parse_nodes(nodes) or [int(job["cluster"].pop("nodes", 0) or 0) or _one_node(job)]
     job["cluster"].pop("nodes", None)
     held = _checked_held({**strategy, **{k: v for k, v in (("ep_dispatcher", ep_dispatcher),
-                                                           ("ep_overlap", ep_overlap)) if v is not None}})
+                                                           ("ep_overlap", ep_overlap), ("cuda_graphs", cuda_graphs))
+                                         if v is not None}})
     if held:
         job["strategy"] = held
     checked = parse_job({**job, "strategy": {}})  # the job's keys checked before any search work
@@ -229,8 +233,8 @@ def _one_node(job: dict[str, Any]) -> int:
 
 
 def _checked_held(strategy: dict[str, Any]) -> dict[str, Any]:
-    """The expert-parallel knobs a search holds (optimize.space.held_knobs) of a strategy section, checked as an
-    expert-parallel strategy takes them (a bad value is the usual one-line error)."""
+    """The knobs a search holds (optimize.space.held_knobs) of a strategy section, checked as an expert-parallel
+    strategy takes them (a bad value is the usual one-line error)."""
     held = held_knobs(strategy)
     if held:
         parse_job({"strategy": {**held, "ep": 2}})
@@ -241,7 +245,7 @@ AUTO_TIME_LIMIT_S = 60.0
 """How long `simulate` searches when it is given no parallel degree (the best so far is used after that)."""
 _AUTO_FIXED = {"recompute", "zero", "fsdp", "micro_batch", "sequence_parallel", "schedule", "overlap_grad_reduce",
                "overlap_param_gather", "tp_comm_overlap", "global_batch", "ep_dispatcher", "ep_node_limit",
-               "ep_overlap"}
+               "ep_overlap", "cuda_graphs"}
 """Strategy keys a job may set and still have its parallel degrees chosen by the search (as fixed knobs)."""
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .limits import (
@@ -140,6 +140,11 @@ class ModelSpec(_Strict):
                                               "mean tokens, the rest dropped (default: dropless)")
     moe_pad_to_capacity: bool | None = Field(None, description="Megatron --moe-pad-expert-input-to-capacity: "
                                              "every expert computes its full capacity (needs moe_capacity_factor)")
+    expert_gemm: Literal["grouped", "per_expert"] | None = Field(
+        None, description="how the routed experts' GEMMs launch: grouped (default: one kernel for all local experts, "
+        "CUTLASS grouped GEMM, torch._grouped_mm, Megatron's fused grouped MLP) or per_expert (Transformer Engine's "
+        "GroupedLinear, Megatron-Core's TEGroupedMLP: one cuBLAS GEMM per local expert, each launch issued by the "
+        "host)")
     first_dense_layers: int | None = Field(None, ge=0, le=MAX_LAYERS, description="a MoE model's first layers "
                                            "keep a dense MLP of model.ffn features (DeepSeek-V3's "
                                            "first_k_dense_replace, Megatron --moe-layer-freq [0]*k+[1]*n)")
@@ -324,6 +329,21 @@ class StrategySpec(_Strict):
         False, description="each layer's checkpointed input (recompute full) moved to CPU memory after its forward "
         "and brought back before its backward, over PCIe on the memory stream, the next layer's prefetched "
         "(torchtune's enable_activation_offloading, Megatron's --cpu-offloading-activations)")
+    cuda_graphs: str = Field(
+        "none", description="CUDA graphs (Megatron-Core --cuda-graph-impl / --cuda-graph-scope): none, "
+        "full_iteration (the whole step one graph; a dropless MoE then needs Megatron's sync-free dispatch, "
+        "--moe-expert-rank-capacity-factor) or the modules captured, comma-separated or a list: attn, mlp, "
+        "moe_router (a MoE sublayer up to its router), moe_preprocess (with moe_router), moe (drop-and-pad only), "
+        "mamba. A captured op's kernel launches cost the host nothing; the rest run eagerly, each launch priced at "
+        "the host overhead")
+
+    @field_validator("cuda_graphs", mode="before")
+    @classmethod
+    def _graph_modules(cls, value: Any) -> Any:  # noqa: ANN401 - whatever the job file holds
+        """A YAML list of modules as the comma-separated string the field (and the results store) keeps."""
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return ",".join(value)
+        return value
     offload_in_switch: bool = Field(
         False, description="with offload remote on a hiermem pool and sharded parameters (zero 3 / fsdp): the "
         "pool's switches all-gather the parameters while loading and reduce-scatter the gradients while storing "
@@ -348,6 +368,9 @@ class StrategySpec(_Strict):
         if self.ep_node_limit is not None and self.ep_dispatcher != "deepep":
             raise ConfigError("strategy.ep_node_limit", "applies to the two-hop dispatch only",
                               "add ep_dispatcher: deepep, or drop ep_node_limit")
+        from .strategy.tree import cuda_graph_scope  # the one check of names and combinations
+
+        cuda_graph_scope(self.cuda_graphs)
         if self.cp_comm != "p2p" and self.cp == 1:
             raise ConfigError("strategy.cp_comm", "only applies with context parallelism (cp > 1)",
                               "add --cp, or drop --cp-comm")

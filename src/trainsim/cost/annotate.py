@@ -23,6 +23,7 @@ from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
 from ..strategy.precision import low_precision_gemm, weighted_gemm
+from ..strategy.tree import FULL_ITERATION
 from ..workload.ir import Op, OpKind, OpValues
 from .comm import CommModel, NcclComm, port_key, two_hop_dispatch
 from .compute import LOW_PRECISION_GEMM, ComputeModel
@@ -322,6 +323,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     pair_time = pricer.pair
 
     n_chunks = len(program.chunks)
+    # CUDA graphs (strategy.cuda_graphs): a captured op's kernels are replayed from the graph, so the host issues
+    # none of them (the graph's own launch, a few microseconds per captured region, is not charged); a full-iteration
+    # graph captures the collectives too
+    graphed = frozenset(tree.cuda_graphs)
+    full_graph = FULL_ITERATION in graphed
     paired: float | None = None  # EP overlap's paired share (paired_share), found once
     host_of: dict[tuple[str, ...], float] = {}  # a collective's issue time by its axes
 
@@ -360,9 +366,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
             else:
                 t = comm_times.get((s.collective, s.size_bytes, s.axes, stage_rank)) if cache else None
                 s.duration_s = pricer.collective(s, stage_rank) if t is None else t
-                if kind == "collective" and s.axes:
+                if kind == "collective" and s.axes and not full_graph:
                     host = host_of.get(s.axes)
                     s.host_s = collective_host(s.axes) if host is None else host
+            if graphed and kind == "compute" and (full_graph or (s.op is not None and s.op.module in graphed)):
+                s.host_s = 0.0
         # (a copied phase has its original's durations as these leave them)
         adjusted = [getattr(ch, phase) for phase in ("fwd", "bwd") if phase not in copied]
         if program.tree.tp_comm_overlap and mesh.tp > 1:

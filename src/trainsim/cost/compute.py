@@ -103,6 +103,15 @@ def _cast_bytes(op: Op, local: Mapping[str, float], phase: str, dtype: str = "fp
     return per_elem * math.prod(local.get(d, 1) for d in op.inputs[0]) if op.inputs else 0.0
 
 
+def _launches_per(op: Op, local: Mapping[str, float] | None) -> int:
+    """Launches of one GEMM phase: one per local index of `op.launch_per` (a per-expert GEMM: one per local
+    expert), else one."""
+    if not op.launch_per:
+        return 1
+    sizes = local if local is not None else op.dims
+    return max(1, int(round(sizes.get(op.launch_per, 1))))
+
+
 def _torch_softmax(op: Op, local: Mapping[str, float] | None) -> bool:
     """A softmax op whose per-rank shape sends Megatron to PyTorch's kernels (no shape: fused)."""
     return op.kind == OpKind.SOFTMAX and local is not None and not fused_softmax_available(local, op.causal)
@@ -224,11 +233,11 @@ class RooflineCompute:
         hbm = device.hbm_gbps * 1e9 * self.params.hbm_efficiency
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             t = self.contraction_time(op, local, phase, device, dtype)
-            kernels = self.kernels(op, phase)
+            kernels = self.kernels(op, phase, local)
             if low:
                 cast_bytes = _cast_bytes(op, local, phase, dtype)
                 t += cast_bytes / hbm
-                kernels += 1 if cast_bytes else 0
+                kernels += _launches_per(op, local) if cast_bytes else 0  # a per-expert GEMM's input: per expert
         elif op.kind == OpKind.ATTENTION and op.kernel == "ssd":
             t = max(flops / self.ssd_rate(device, bwd), bytes_ / hbm)
             kernels = 1
@@ -253,14 +262,14 @@ class RooflineCompute:
         return t + kernels * self.params.kernel_overhead_s
 
     def kernels(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> int:
-        """CUDA kernels one op launches in a phase (a weighted op's backward is dgrad + wgrad; a
-        softmax whose shape Megatron's fused kernel rejects runs five PyTorch kernels; an op built as
-        a PyTorch-eager chain launches `op.launches`)."""
-        if phase == "bwd" and op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
-            return 2
+        """CUDA kernels one op launches in a phase (a weighted op's backward is dgrad + wgrad; a GEMM launched per
+        local expert, `op.launch_per`, as many of each; a softmax whose shape Megatron's fused kernel rejects runs
+        five PyTorch kernels; an op built as a PyTorch-eager chain launches `op.launches`)."""
+        if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
+            return (2 if phase == "bwd" else 1) * _launches_per(op, local)
         if _torch_softmax(op, local):
             return _UNFUSED_SOFTMAX["bwd" if phase == "bwd" else "fwd"][0]
-        return 1 if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM, OpKind.ATTENTION) else op.launches
+        return 1 if op.kind == OpKind.ATTENTION else op.launches
 
     def host_time(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> float:
         """Framework (CPU) time to issue the op's kernels: bounds throughput when kernels are tiny."""

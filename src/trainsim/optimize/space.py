@@ -87,9 +87,11 @@ class Candidate:
         return strategy_section(asdict(self))
 
 
-HELD_KNOBS = ("ep_dispatcher", "ep_node_limit", "ep_overlap")
+EP_KNOBS = ("ep_dispatcher", "ep_node_limit", "ep_overlap")
+HELD_KNOBS = (*EP_KNOBS, "cuda_graphs")
 """Strategy keys a search takes from the job as given (the space does not vary them): how expert parallelism
-dispatches and overlaps its all-to-alls, for every candidate with ep > 1."""
+dispatches and overlaps its all-to-alls (EP_KNOBS, for every candidate with ep > 1) and which modules run as CUDA
+graphs (for every candidate)."""
 
 
 def held_knobs(strategy: Any) -> dict[str, Any]:  # noqa: ANN401 - a job's section as given (checked here)
@@ -101,7 +103,8 @@ def held_knobs(strategy: Any) -> dict[str, Any]:  # noqa: ANN401 - a job's secti
 
 def with_held(section: dict[str, Any], held: dict[str, Any], ep: int) -> dict[str, Any]:
     """A candidate's strategy section with the job's held knobs (expert-parallel ones: where ep > 1)."""
-    return {**held, **section} if held and ep > 1 else section
+    keep = held if ep > 1 else {k: v for k, v in held.items() if k not in EP_KNOBS}
+    return {**keep, **section} if keep else section
 
 
 def strategy_section(values: dict[str, Any]) -> dict[str, Any]:

@@ -49,7 +49,8 @@ def print_summary(r: SimulationResult, console: Console | None = None, job: str 
     con.print(f"strategy: {dp} tp={s['tp']} pp={s['pp']} cp={s['cp']} ep={ep} vpp={s['vpp']} "
               f"sp={'on' if s['sequence_parallel'] else 'off'} zero={s['zero']}"
               + (f" (HSDP: {s['dp_replicate']} replicas)" if s.get("dp_replicate", 1) > 1 else "")
-              + f" recompute={s['recompute']} schedule={s['schedule']}", highlight=False)
+              + f" recompute={s['recompute']} schedule={s['schedule']}"
+              + (f" cuda_graphs={','.join(s['cuda_graphs'])}" if s.get("cuda_graphs") else ""), highlight=False)
     if ep > 1:
         con.print(f"  with EP, dp={s['dp']} counts the replicas of the dense layers; the experts are split over "
                   f"ep={ep} of them and replicated over dp/ep={s['dp'] // ep}", highlight=False)

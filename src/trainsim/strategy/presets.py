@@ -68,6 +68,7 @@ class ParallelSpec:
     p2p_scatter_gather: bool = True  # Megatron's scatter/gather pipeline hand-off (--no-scatter-gather-... off)
     offload: str = "none"  # none | cpu | nvme | remote (parameters/gradients/optimizer states off the GPU)
     offload_activations: bool = False  # checkpointed layer inputs kept in CPU memory between forward and backward
+    cuda_graphs: tuple[str, ...] = ()  # captured modules (CUDA_GRAPH_MODULES), ("full_iteration",), () none
 
 
 def _require(cond: bool, field: str, problem: str, fix: str) -> None:
@@ -322,6 +323,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.p2p_scatter_gather = p.p2p_scatter_gather
     tree.offload = p.offload
     tree.offload_activations = p.offload_activations
+    tree.cuda_graphs = p.cuda_graphs
     m = p.global_batch // (p.micro_batch * p.dp)
     kind = run_kind(p.schedule, p.vpp)
     cap = p.max_ongoing if kind == "dynamic" or (p.max_ongoing is not None and p.max_ongoing < min(p.pp, m)) \

@@ -28,6 +28,37 @@ from ..errors import ConfigError
 from ..workload.ir import CONTRACTION_KINDS, Layer, Model, Module, Op, OpKind
 from .mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe_router", "moe_preprocess", "moe", "mamba")
+"""What a scoped CUDA graph may capture (Megatron-Core --cuda-graph-scope with Transformer Engine's graphs; the ops'
+Op.module): attention sublayers, dense MLPs, a MoE sublayer up to its router, the dispatcher's preprocessing, the
+whole MoE sublayer (drop-and-pad routing only: dropless shapes change every step), Mamba mixers."""
+FULL_ITERATION = "full_iteration"
+
+
+def cuda_graph_scope(value: object, where: str = "strategy.cuda_graphs") -> tuple[str, ...]:
+    """strategy.cuda_graphs as a tuple: () for none, (FULL_ITERATION,) or the captured modules (a list, or one
+    comma-separated string); unknown names and a moe_preprocess without moe_router (Megatron refuses it) are
+    one-line errors."""
+    if value is None or value in ("none", "") or value in ((), []):
+        return ()
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value) \
+        if isinstance(value, (list, tuple)) else None
+    if items is None or not all(isinstance(v, str) and v for v in items):
+        raise ConfigError(where, f"bad value {value!r}", f"use none, {FULL_ITERATION} or modules from "
+                          f"{', '.join(CUDA_GRAPH_MODULES)}")
+    if FULL_ITERATION in items:
+        if len(items) > 1:
+            raise ConfigError(where, f"{FULL_ITERATION} captures every module already", f"give {FULL_ITERATION} alone")
+        return (FULL_ITERATION,)
+    unknown = [v for v in items if v not in CUDA_GRAPH_MODULES]
+    if unknown:
+        raise ConfigError(where, f"unknown module '{unknown[0]}'", f"use {', '.join(CUDA_GRAPH_MODULES)}, or "
+                          f"{FULL_ITERATION}")
+    if "moe_preprocess" in items and "moe_router" not in items:
+        raise ConfigError(where, "moe_preprocess is captured with moe_router only (as Megatron-Core requires)",
+                          "add moe_router")
+    return tuple(dict.fromkeys(items))
+
 Split = dict[str, tuple[str, ...]]  # dimension name -> mesh axes that split it (outermost last)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -566,6 +597,9 @@ class StrategyTree:
     # each layer's checkpointed input (recompute full) stored to CPU memory after its forward and loaded back before
     # its backward, on the memory stream (torchtune's activation offloading; compile.offload)
     offload_activations: bool = False
+    # CUDA graphs (Megatron --cuda-graph-impl / --cuda-graph-scope): the modules captured (CUDA_GRAPH_MODULES) or
+    # ("full_iteration",): a captured op's launches cost the host nothing (cost.annotate); (): none
+    cuda_graphs: tuple[str, ...] = ()
     schedule_set: bool = False  # a schedule was given (preset or schedule()); else derived from the batch at resolve
     # inside `held_resolved()`: resolved once, and resolve() returns at once (nothing edits the tree meanwhile)
     _resolve_held: bool = field(default=False, init=False, repr=False, compare=False)
@@ -815,6 +849,7 @@ class StrategyTree:
             "p2p_scatter_gather": self.p2p_scatter_gather,
             "offload": self.offload, "offload_in_switch": self.offload_in_switch,
             "offload_activations": self.offload_activations, "zero_stage": self.zero_stage,
+            "cuda_graphs": list(self.cuda_graphs),
             "layers": layers,
         }
 
@@ -852,6 +887,7 @@ class StrategyTree:
         tree.offload = str(data.get("offload", "none"))
         tree.offload_in_switch = bool(data.get("offload_in_switch", False))
         tree.offload_activations = bool(data.get("offload_activations", False))
+        tree.cuda_graphs = cuda_graph_scope(data.get("cuda_graphs", ()), "strategy.cuda_graphs")
         cp_comm = data.get("cp_comm", "p2p")
         if cp_comm not in ("p2p", "all_gather"):
             raise ConfigError("strategy.cp_comm", f"unknown value {cp_comm!r}", "use p2p or all_gather")

@@ -674,6 +674,8 @@ class _Settings:
     stages: dict[str, int] = field(default_factory=dict)  # first_stage_layers / last_stage_layers
     accounted: set[str] = field(default_factory=set)  # embedding / loss counted in the pipeline split (Megatron)
     recipe_layout: bool = False  # pp_layout:set_layout(cfg.model): the recipe's default layout (moe_rows)
+    cuda_graphs: str | list[str] | None = None  # Megatron-Bridge's cuda_graph=impl:scope (strategy.cuda_graphs)
+    fused_experts: bool = False  # a fused grouped expert MLP (cuteDSL, TE op fuser, torch_mm): model.expert_gemm
     layout: str | None = None  # Megatron's pipeline layout ('Et*4|(t*4|)*14tmL'), expanded: chunks split by '|'
     features: dict[str, Any] = field(default_factory=dict)
     mla: dict[str, int] = field(default_factory=dict)  # Megatron's MLA flags (--multi-latent-attention: "on")
@@ -778,6 +780,20 @@ def _stage_layers(key: str) -> Action:
     def act(m: re.Match[str], st: _Settings) -> None:
         st.stages[key] = int(m.group(1))
     return act
+
+
+def _cuda_graph(m: re.Match[str], st: _Settings) -> None:
+    """Megatron-Bridge's `cuda_graph=IMPL:SCOPE` (moe_runs.csv): full_iteration, transformer_engine with the modules
+    captured ('attn/moe_router/...'), or none; a Transformer Engine graph without its scope is recorded, not priced."""
+    impl, scope = m.group(1), [s for s in m.group(2).split("/") if s]
+    if impl == "full_iteration":
+        st.cuda_graphs = "full_iteration"
+    elif impl == "none":
+        st.cuda_graphs = "none"
+    elif scope:
+        st.cuda_graphs = scope
+    else:
+        st.notes.append("CUDA graphs (Transformer Engine, scope not stated) not modelled")
 
 
 def _note(text: str) -> Action:
@@ -950,6 +966,8 @@ _RULES: list[tuple[str, Action]] = [
     (r"ep a2a overlap.*=\s*(on|off)", _set("ep_overlap")),
     (r"moe_expert_rank_capacity_factor\s*=.*|moe_paged_stash\s*=.*",
      _note("the paged activation stash of dropless MoE (moe_paged_stash, its rank capacity factor) not modelled")),
+    # Megatron's fused grouped expert MLP (one kernel for the local experts); torch._grouped_mm (AutoModel)
+    (r"(?:cutedsl_fused_grouped_mlp|te_op_fuser)\s*=\s*on|kernels\s*=.*torch_mm.*", _set("fused_experts", True)),
     (r"kernels\s*=.*deepep.*", _ok),  # DeepEP's dispatch and combine priced as trainsim's all-to-all
     (r"recipe .*", _ok),  # where a recipe's settings come from (the other columns carry them)
     (r"num-experts.*|moe-.*|moe_.*|ep a2a.*|.*deepep.*", _skip(MOE, "expert layers in other_settings")),
@@ -977,6 +995,8 @@ _RULES: list[tuple[str, Action]] = [
     # recognised, not modelled or without effect on the step: recorded (notes) or passed (_ok)
     (r"(?:step|experiment)\s*=?\s*'.*", _ok),  # a row label: its settings are in the other columns and tokens
     (r".*?\b(muon|shampoo|soap|lamb|adafactor|8-bit adamw?|adamw?)\b.*", _optimizer),
+    (r"cuda_graph\s*=\s*(full_iteration|transformer_engine|none)\s*:\s*([a-z_/]*)", _cuda_graph),
+    (r"cuda_graphs\s*=\s*false", _set("cuda_graphs", "none")),
     (r"cuda[-_ ]?graphs?.*", _note("CUDA graphs (launch overhead) not modelled")),
     (r"torch\.compile(?:\s*=\s*true| on)|compiler\s*=\s*thunder", _feature("kernels", "fused")),
     (r"torch\.compile\s*=\s*false|compiler\s*=\s*eager", _feature("kernels", "eager")),
@@ -1040,6 +1060,20 @@ def row_job(row: dict[str, str]) -> RowJob | str:
         return str(exc)
 
 
+def _expert_gemm(row: dict[str, str], settings: _Settings) -> tuple[str, str] | None:
+    """model.expert_gemm of a MoE row and why: one grouped kernel where other_settings names a fused grouped expert
+    MLP, one GEMM per local expert on Megatron-Core and AutoModel's Transformer Engine experts (TEGroupedMLP:
+    GroupedLinear's cuBLAS call per expert); None (trainsim's default, grouped) for other stacks."""
+    if settings.fused_experts:
+        return "grouped", "a fused grouped expert MLP (cuteDSL / Transformer Engine op fuser / torch._grouped_mm): " \
+                          "one kernel for the local experts"
+    stack = " ".join(_cell(row, k) for k in ("framework", "source_group", "source")).lower()
+    if re.search(r"megatron|automodel", stack):
+        return "per_expert", "Megatron-Core's TEGroupedMLP (Transformer Engine's GroupedLinear): one GEMM launch " \
+                             "per local expert, each issued by the host"
+    return None
+
+
 def _row_job(row: dict[str, str]) -> RowJob:
     if row.get("case_kind", "train_iter") != "train_iter":
         raise RowSkip("case kind not simulated", f"'{row.get('case_kind')}' (per-layer timing)")
@@ -1076,6 +1110,8 @@ def _row_job(row: dict[str, str]) -> RowJob:
             notes["ffn"] = "not stated: every layer is a mixture of experts (no dense MLP to size)"
     settings = _settings(_cell(row, "other_settings"))
     model = {**_model(row, arch, settings, notes, frozenset(routed)), **routed, **_mla_keys(settings, notes)}
+    if routed and (gemm := _expert_gemm(row, settings)) is not None:
+        model["expert_gemm"], notes["expert_gemm"] = gemm
     cluster = cluster_spec(row, n_gpus, notes)
     if isinstance(cluster, str):
         raise RowSkip("GPU or cluster not expressible", cluster)
@@ -1138,6 +1174,8 @@ def _row_job(row: dict[str, str]) -> RowJob:
             strategy["tp_comm_overlap"] = True
     if settings.ep_overlap and ep > 1:
         strategy["ep_overlap"] = True
+    if settings.cuda_graphs is not None:
+        strategy["cuda_graphs"] = settings.cuda_graphs
     if settings.p2p_scatter_gather is not None:
         strategy["p2p_scatter_gather"] = settings.p2p_scatter_gather
     if settings.stages and (pp == 1 or vpp > 1):

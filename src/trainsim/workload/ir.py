@@ -93,6 +93,12 @@ class Op:
     # the share of its FLOPs that are model FLOPs (MFU's): a routed expert priced at the busiest rank's load
     # (model.moe_imbalance, capacity padding) counts the mean's
     useful: float = 1.0
+    # the framework module it runs in (attn, mlp, moe_router, moe_preprocess, moe, mamba; "" elsewhere): what a
+    # scoped CUDA graph captures (strategy.cuda_graphs, Megatron's --cuda-graph-scope)
+    module: str = ""
+    # a GEMM launched once per index of this dim rather than as one kernel (model.expert_gemm per_expert:
+    # Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert, "e"); "": one launch
+    launch_per: str = ""
 
     def size(self, dims: tuple[str, ...], local: Mapping[str, int] | None = None) -> int:
         sizes = local if local is not None else self.dims

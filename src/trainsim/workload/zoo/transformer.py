@@ -36,12 +36,16 @@ CE_CHUNKS = 8
 """Chunks of torchtune's chunked cross-entropy (CEWithChunkedOutputLoss, num_output_chunks = 8)."""
 SP_SAVES = ("shard", "gathered")
 GLUS = ("fused", "unfused")
+EXPERT_GEMMS = ("grouped", "per_expert")
+"""How the routed experts' GEMMs launch (model.expert_gemm): one grouped kernel for all local experts (CUTLASS grouped
+GEMM, torch._grouped_mm, Megatron's fused grouped MLP) or one GEMM per local expert (Transformer Engine's
+GroupedLinear, Megatron-Core's TEGroupedMLP: a cuBLAS call per expert from a loop, each a launch the host issues)."""
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
             "sliding_window", "window_layers", "attention_sinks", "mtp_layers", "layer_pattern", "mamba_heads",
             "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk", "moe_latent", "moe_imbalance",
-            "moe_capacity_factor", "moe_pad_to_capacity")
+            "moe_capacity_factor", "moe_pad_to_capacity", "expert_gemm")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -89,6 +93,7 @@ class TransformerConfig:
     moe_imbalance: float = 1.0
     moe_capacity_factor: float = 0.0
     moe_pad_to_capacity: bool = False
+    expert_gemm: str = "grouped"  # EXPERT_GEMMS: one grouped kernel, or one launch per local expert
     max_positions: int | None = None
     description: str = ""
     # Finer-grained features (imported Hugging Face configs); the defaults reproduce the built-in zoo.
@@ -405,6 +410,7 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     useful = 1.0 if load == 1.0 else b * s * cfg.top_k / (c * e)  # the mean's share of the busiest expert's work
     tok = {"b": b, "s": s, "h": h}
     ex = {"e": e, "c": c, "h": h}
+    per = "e" if cfg.expert_gemm == "per_expert" else ""
     hid = {"b": b, "s": s, "h": cfg.hidden}
     latent_down = [Op("latent_down", OpKind.MATMUL, {**hid, "l": h}, (("b", "s", "h"),), ("b", "s", "l"),
                       weight=("l", "h"))] if cfg.moe_latent else []  # its input: the router's, which keeps it
@@ -417,12 +423,12 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
         Op("dispatch", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("b", "s", "h"),), ("e", "c", "h"),
            flops_per_point=0.0, saved=(SavedTensor("routing", ("b", "s", "e"), 4.0),)),
         Op("expert_fc1", OpKind.MATMUL, {**ex, "f2": f2}, (("e", "c", "h"),), ("e", "c", "f2"),
-           weight=("e", "f2", "h"), saved=(SavedTensor("input", ("e", "c", "h")),), useful=useful),
+           weight=("e", "f2", "h"), saved=(SavedTensor("input", ("e", "c", "h")),), useful=useful, launch_per=per),
         Op("expert_act", OpKind.ELEMENTWISE, {"e": e, "c": c, "f": f, "f2": f2}, (("e", "c", "f2"),),
            ("e", "c", "f"), flops_per_point=ACT_FLOPS_PER_ELEM[cfg.mlp],
            saved=(SavedTensor("input", ("e", "c", "f2")),)),
         Op("expert_fc2", OpKind.MATMUL, {**ex, "f": f}, (("e", "c", "f"),), ("e", "c", "h"),
-           weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),), useful=useful),
+           weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),), useful=useful, launch_per=per),
         Op("combine", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("e", "c", "h"),), ("b", "s", "h"),
            flops_per_point=0.0),
         *latent_up,
@@ -493,12 +499,30 @@ def _mamba2_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     ]
 
 
+MOE_MODULES = {"ln2": "moe_router", "router": "moe_router", "latent_down": "moe_router", "shared_fc1": "moe_router",
+               "shared_act": "moe_router", "shared_fc2": "moe_router", "dispatch": "moe_preprocess"}
+"""Megatron-Core's CUDA-graph scopes over a MoE sublayer (--cuda-graph-scope): moe_router holds everything up to the
+router (its pre-norm and, unless overlapped, the shared experts), moe_preprocess the dispatcher's preprocessing
+(the routing's permutation here); the rest (all-to-alls, experts, combine) is the moe scope, whose dynamic shapes
+only drop-and-pad routing can capture."""
+
+
+def _in_module(ops: list[Op], module: str) -> list[Op]:
+    """The ops tagged with the framework module they run in (Op.module; a MoE sublayer's ops by MOE_MODULES), an
+    op already tagged keeping its own."""
+    return [op if op.module else replace(op, module=MOE_MODULES.get(op.name, "moe") if module == "moe" else module)
+            for op in ops]
+
+
 def _pattern_block_ops(cfg: TransformerConfig, kind: str, b: int, s: int, impl: str) -> list[Op]:
     """One layer of a hybrid pattern: its pre-norm, its one mixer (M Mamba2, * attention, E MoE MLP, - dense MLP)
-    and the residual add."""
+    and the residual add, tagged with the module they run in (the pre-norm of a MoE layer: its router's)."""
     mixer = {"M": lambda: _mamba2_ops(cfg, b, s), "*": lambda: _attention_ops(cfg, b, s, impl),
              "E": lambda: _moe_ops(cfg, b, s), "-": lambda: _mlp_ops(cfg, b, s)}[kind]()
-    return [_norm("ln1", cfg, b, s), *mixer, _dropout_add("mlp_residual", cfg, b, s)]
+    module = {"M": "mamba", "*": "attn", "E": "moe", "-": "mlp"}[kind]
+    norm = _norm("ln1", cfg, b, s)
+    return _in_module([replace(norm, module="moe_router") if kind == "E" else norm, *mixer,
+                       _dropout_add("mlp_residual", cfg, b, s)], module)
 
 
 def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str, moe: bool | None = None, window: int = 0
@@ -507,11 +531,10 @@ def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str, moe: bool | No
     differs); `moe`: a mixture-of-experts block (default: whenever the model has experts); `window`: its
     attention's sliding window (0: none)."""
     moe = bool(cfg.experts) if moe is None else moe
-    return [_norm("ln1", cfg, b, s), *_attention_ops(cfg, b, s, impl, window),
-            _dropout_add("attn_residual", cfg, b, s),
-            _norm("ln2", cfg, b, s),
-            *(_moe_ops(cfg, b, s) if moe else _mlp_ops(cfg, b, s)),
-            _dropout_add("mlp_residual", cfg, b, s)]
+    return [*_in_module([_norm("ln1", cfg, b, s), *_attention_ops(cfg, b, s, impl, window),
+                         _dropout_add("attn_residual", cfg, b, s)], "attn"),
+            *_in_module([_norm("ln2", cfg, b, s), *(_moe_ops(cfg, b, s) if moe else _mlp_ops(cfg, b, s)),
+                         _dropout_add("mlp_residual", cfg, b, s)], "moe" if moe else "mlp")]
 
 
 def _embedding(cfg: TransformerConfig, b: int, s: int) -> Layer:
@@ -691,7 +714,8 @@ def _check_features(cfg: TransformerConfig) -> None:
                               ("norm", cfg.norm, NORMS), ("kernels", cfg.kernels, KERNELS),
                               ("loss", cfg.loss, LOSSES), ("sp_saves", cfg.sp_saves, SP_SAVES),
                               ("glu", cfg.glu or "fused", GLUS), ("head", cfg.head, HEADS),
-                              ("window_layers", cfg.window_layers, WINDOW_LAYERS)):
+                              ("window_layers", cfg.window_layers, WINDOW_LAYERS),
+                              ("expert_gemm", cfg.expert_gemm, EXPERT_GEMMS)):
         if value not in known:
             raise ConfigError(f"model.{key}", f"unknown {key} '{value}' for {cfg.name or 'the model'}",
                               f"use one of {', '.join(known)}")

@@ -1,0 +1,186 @@
+"""The framework's side of a step (issue 23): the host issues every kernel launch it does not replay from a CUDA
+graph. Transformer Engine's GroupedLinear launches one GEMM per local expert (model.expert_gemm per_expert), a
+captured module (strategy.cuda_graphs) launches nothing from the host, and Megatron-Bridge rows map both."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from training_row import training_row
+
+import trainsim
+from trainsim.api import simulate_costed, strategy_tree
+from trainsim.config import JobConfig
+from trainsim.cost.calibration import load_calibration
+from trainsim.cost.compute import RooflineCompute
+from trainsim.hardware.devices import get_device
+from trainsim.strategy.tree import CUDA_GRAPH_MODULES, cuda_graph_scope
+from trainsim.validate.training_runs import _settings, row_job
+from trainsim.workload.zoo import build_model
+
+MOE = {"experts": 16, "top_k": 2}
+
+
+def _ops(**features: Any) -> dict[str, Any]:
+    m = build_model("custom", 2, 512, "flash", {**MOE, **features}, layers=1, hidden=256, heads=4, ffn=512)
+    return {op.name: op for lay in m.layers for op in lay.ops}
+
+
+def _compute() -> tuple[RooflineCompute, Any]:
+    dev = get_device("h100-sxm")
+    return RooflineCompute(load_calibration().compute_for(dev)), dev
+
+
+@pytest.mark.parametrize("local_experts", [1, 4, 16])
+def test_a_per_expert_gemm_launches_once_per_local_expert_by_hand(local_experts: int) -> None:
+    model, dev = _compute()
+    per, grouped = _ops(expert_gemm="per_expert")["expert_fc1"], _ops()["expert_fc1"]
+    local = {**per.dims, "e": local_experts}
+    h = model.params.host_overhead_s
+    for phase, launches in (("fwd", 1), ("bwd", 2), ("dgrad", 1), ("wgrad", 1)):
+        assert model.kernels(per, phase, local) == launches * local_experts
+        assert model.kernels(grouped, phase, local) == launches
+        assert model.host_time(per, phase, local) == pytest.approx(launches * local_experts * h)
+    # each launch also pays the GPU's per-kernel gap: the per-expert GEMMs take (e - 1) gaps longer
+    gap = model.params.kernel_overhead_s
+    t_per = model.op_time(per, local, "fwd", dev, "bf16")
+    assert t_per - model.op_time(grouped, local, "fwd", dev, "bf16") == pytest.approx((local_experts - 1) * gap)
+
+
+def test_only_the_routed_experts_launch_per_expert() -> None:
+    per, grouped = _ops(expert_gemm="per_expert", shared_expert_ffn=512), _ops(shared_expert_ffn=512)
+    for name, op in per.items():
+        assert op.launch_per == ("e" if name in ("expert_fc1", "expert_fc2") else "")
+        assert grouped[name].launch_per == ""
+
+
+def test_ops_carry_the_module_a_cuda_graph_scope_captures() -> None:
+    moe = _ops(shared_expert_ffn=512)
+    assert {n for n, op in moe.items() if op.module == "attn"} >= {"ln1", "qkv", "attention", "proj", "attn_residual"}
+    assert {n for n, op in moe.items() if op.module == "moe_router"} == {"ln2", "router", "shared_fc1", "shared_act",
+                                                                       "shared_fc2"}
+    assert {n for n, op in moe.items() if op.module == "moe_preprocess"} == {"dispatch"}
+    assert {n for n, op in moe.items() if op.module == "moe"} == {"expert_fc1", "expert_act", "expert_fc2", "combine",
+                                                                "shared_add", "mlp_residual"}
+    dense = build_model("custom", 2, 512, "flash", {}, layers=1, hidden=256, heads=4, ffn=512)
+    block = next(lay for lay in dense.layers if lay.kind == "transformer")
+    assert {op.name for op in block.ops if op.module == "mlp"} == {"ln2", "fc1", "act", "fc2", "mlp_residual"}
+    hybrid = build_model("nemotron-3-nano", 1, 1024, "flash", {"layer_pattern": "ME*"}, layers=3)
+    modules = [{op.name: op.module for op in lay.ops} for lay in hybrid.layers if lay.kind == "transformer"]
+    assert modules[0]["in_proj"] == modules[0]["ssd"] == modules[0]["ln1"] == "mamba"
+    assert modules[1]["ln1"] == modules[1]["router"] == "moe_router" and modules[1]["expert_fc1"] == "moe"
+    assert modules[2]["attention"] == modules[2]["ln1"] == "attn"
+    assert all(op.module == "" for lay in hybrid.layers if lay.kind != "transformer" for op in lay.ops)
+
+
+JOB: dict[str, Any] = {"model": {"name": "qwen3-30b-a3b", "layers": 2, "seq_len": 1024, "expert_gemm": "per_expert"},
+                       "cluster": {"name": "dgx-h100"}, "strategy": {"ep": 8, "dp": 8, "global_batch": 16}}
+
+
+def _costed(cuda_graphs: Any) -> Any:
+    job = JobConfig.model_validate({**JOB, "strategy": {**JOB["strategy"], "cuda_graphs": cuda_graphs}})
+    return simulate_costed(job)
+
+
+def test_captured_modules_cost_the_host_nothing_and_the_rest_what_they_launch() -> None:
+    _, none = _costed("none")
+    _, scoped = _costed(["attn", "moe_router"])
+    _, full = _costed("full_iteration")
+    for a, b, c in zip(none.program.chunks, scoped.program.chunks, full.program.chunks, strict=True):
+        for name in ("fwd", "bwd"):
+            for s0, s1, s2 in zip(getattr(a, name), getattr(b, name), getattr(c, name), strict=True):
+                assert s1.duration_s == s0.duration_s == s2.duration_s  # graphs change no kernel
+                assert s2.host_s == 0.0  # the whole step replayed: collectives too
+                captured = s0.kind == "compute" and s0.op is not None and s0.op.module in ("attn", "moe_router")
+                assert s1.host_s == (0.0 if captured else s0.host_s)
+    assert any(s.kind == "compute" and s.host_s > 0 for s in none.program.chunks[0].fwd)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["attn", "mlp", "moe_router", "moe", "mamba"]), unique=True))
+def test_capturing_more_never_slows_the_step(modules: list[str]) -> None:
+    """Fewer host launches can only let the GPU start sooner: a scope's step is no slower than none, and no faster
+    than the full-iteration graph."""
+    base = {**JOB, "model": {**JOB["model"], "layers": 1}}
+    times = [trainsim.simulate({**base, "strategy": {**base["strategy"], "cuda_graphs": g}}).iteration_time_s
+             for g in ("none", modules or "none", "full_iteration")]
+    assert times[0] >= times[1] - 1e-12 >= times[2] - 2e-12
+
+
+def test_per_expert_launches_slow_a_host_bound_step() -> None:
+    grouped = trainsim.simulate({**JOB, "model": {**JOB["model"], "expert_gemm": "grouped"}})
+    per = trainsim.simulate(JOB)
+    assert per.iteration_time_s > grouped.iteration_time_s
+    assert per.model_flops == grouped.model_flops
+
+
+@pytest.mark.parametrize(("value", "expect"), [
+    ("none", ()), (None, ()), ("full_iteration", ("full_iteration",)), (["attn"], ("attn",)),
+    ("attn, moe_router,moe_preprocess", ("attn", "moe_router", "moe_preprocess")), (["attn", "attn"], ("attn",)),
+])
+def test_the_scope_reads_as_a_tuple(value: Any, expect: tuple[str, ...]) -> None:
+    assert cuda_graph_scope(value) == expect
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (["bogus"], "unknown module 'bogus'"), (["moe_preprocess"], "moe_preprocess is captured with moe_router"),
+    (["full_iteration", "attn"], "give full_iteration alone"), (3, "must be a string"),
+])
+def test_bad_scopes_are_one_line_errors(value: Any, message: str) -> None:
+    with pytest.raises(trainsim.ConfigError, match=rf"^strategy.cuda_graphs[.:].*{message}"):
+        trainsim.simulate({**JOB, "strategy": {**JOB["strategy"], "cuda_graphs": value}})
+
+
+def test_expert_gemm_needs_experts() -> None:
+    with pytest.raises(trainsim.ConfigError, match=r"^model.expert_gemm: only applies to a mixture of experts"):
+        trainsim.simulate({"model": {"name": "llama3-8b", "layers": 1, "expert_gemm": "per_expert"},
+                           "cluster": {"name": "dgx-h100"}})
+
+
+def test_the_scope_survives_a_saved_strategy() -> None:
+    res = trainsim.simulate({**JOB, "strategy": {**JOB["strategy"], "cuda_graphs": ["attn", "mamba"]}})
+    assert res.strategy["cuda_graphs"] == ["attn", "mamba"]
+    tree = strategy_tree({**JOB, "strategy": {**JOB["strategy"], "cuda_graphs": ["attn"]}})
+    again = type(tree).from_dict(tree.model, tree.to_dict())
+    assert again.cuda_graphs == ("attn",)
+    assert set(CUDA_GRAPH_MODULES) >= {"attn", "moe_router", "moe_preprocess", "mamba"}
+
+
+@pytest.mark.parametrize(("cell", "expect"), [
+    ("cuda_graph=full_iteration:", "full_iteration"),
+    ("cuda_graph=transformer_engine:attn/moe_router/moe_preprocess", ["attn", "moe_router", "moe_preprocess"]),
+    ("cuda_graph=none:attn/mamba/moe_router/moe_preprocess", "none"),
+    ("cuda_graphs=False", "none"),
+    ("cuda_graph=transformer_engine:", None),  # no scope stated: recorded, not priced
+    ("cuda_graphs=True", None),
+])
+def test_megatron_bridge_graph_settings_map(cell: str, expect: Any) -> None:
+    st_ = _settings(cell)
+    assert st_.cuda_graphs == expect
+    assert (expect is None) == bool(st_.notes)
+
+
+MOE_ROW = {"model_name": "Qwen3-30B-A3B", "arch": "MoE (128 routed experts, top-8)", "n_layers": "2", "hidden": "2048",
+           "n_heads": "32", "n_kv_heads": "4", "ffn_hidden": "6144", "seq_len": "1024", "vocab": "151936",
+           "precision": "bf16", "gpu": "H100-SXM (DGX-H100)", "gpu_mem_gb": "80", "dp": "8", "ep": "8",
+           "micro_batch": "1", "global_batch": "8", "head_dim": "128", "moe_ffn_hidden": "768", "n_experts": "128",
+           "n_shared_experts": "", "top_k": "8", "first_k_dense": "0", "moe_layer_freq": "1", "attention": "GQA",
+           "kv_lora_rank": "", "q_lora_rank": "", "capacity_factor": "dropless", "token_dispatcher": "alltoall",
+           "framework": "Megatron-Bridge / Megatron-Core (NeMo container)", "source_group": "megatron_bridge_perf"}
+
+
+@pytest.mark.parametrize(("settings_cell", "gemm", "graphs"), [
+    ("cuda_graph=transformer_engine:attn/moe_router", "per_expert", ["attn", "moe_router"]),
+    ("cuda_graph=full_iteration:; cutedsl_fused_grouped_mlp=on", "grouped", "full_iteration"),
+    ("te_op_fuser=on", "grouped", None),
+])
+def test_a_megatron_moe_row_maps_its_expert_launches_and_graphs(settings_cell: str, gemm: str, graphs: Any) -> None:
+    job = row_job(training_row(**MOE_ROW, other_settings=settings_cell))
+    assert not isinstance(job, str), job
+    assert job.job["model"]["expert_gemm"] == gemm
+    assert job.job["strategy"].get("cuda_graphs") == graphs
+    other = row_job(training_row(**{**MOE_ROW, "framework": "torchtitan", "source_group": "synthetic"}))
+    assert not isinstance(other, str) and "expert_gemm" not in other.job["model"]  # trainsim's default
