@@ -208,6 +208,8 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                 for d in p2p_deps[t]:
                     if end[d] > synced:
                         synced = end[d]
+            if graph.host_sync[t]:  # a device-to-host read: the host waits for every dependency's end
+                synced = max([synced, *(end[d] for d in deps[t])])
             members = participants[t]
             # each member's host issues it when done with what came before (a collective runs once all did)
             issue = host_free[members[0]] if len(members) == 1 else max(host_free[c] for c in members)

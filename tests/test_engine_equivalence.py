@@ -97,7 +97,7 @@ def graphs(draw: st.DrawFn) -> ExecutionGraph:
               mem_peak=draw(st.sampled_from((0.0, 1.0, 3.0))),
               mem_net=draw(st.sampled_from((0.0, 2.0, -2.0))),
               host_s=host_s, host_path_s=host_path, flow_latency_s=draw(st.sampled_from((0.0, 0.25, 1.0))),
-              flow_demand=demand)
+              flow_demand=demand, host_sync=draw(st.integers(0, 5)) == 0)
     if len(g) > 2 and draw(st.integers(0, 9)) == 0:  # a class joins an earlier collective late: may deadlock
         t = draw(st.integers(0, len(g) - 1))
         missing = [c for c in range(n_classes) if c not in g.participants[t]]

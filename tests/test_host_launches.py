@@ -184,3 +184,75 @@ def test_a_megatron_moe_row_maps_its_expert_launches_and_graphs(settings_cell: s
     assert job.job["strategy"].get("cuda_graphs") == graphs
     other = row_job(training_row(**{**MOE_ROW, "framework": "torchtitan", "source_group": "synthetic"}))
     assert not isinstance(other, str) and "expert_gemm" not in other.job["model"]  # trainsim's default
+
+
+# --- the dropless dispatch's device-to-host read (Step.host_sync) ---------------------------------------------
+
+def _synced_steps(model: dict[str, Any], **strategy: Any) -> tuple[list[Any], list[Any]]:
+    job = JobConfig.model_validate({"model": {"name": "qwen3-30b-a3b", "layers": 2, "seq_len": 1024, **model},
+                                    "cluster": {"name": "dgx-h100"},
+                                    "strategy": {"dp": 8, "global_batch": 16, **strategy}})
+    _, costed = simulate_costed(job)
+    ch = costed.program.chunks[0]
+    return [s for s in ch.fwd if s.host_sync], [s for s in ch.bwd if s.host_sync]
+
+
+def test_a_dropless_moe_syncs_the_host_once_per_layer_after_its_dispatch() -> None:
+    fwd, bwd = _synced_steps({}, ep=8)
+    assert [s.label for s in fwd] == [f"layers.{i}.expert_fc1.in0:all_to_all" for i in range(2)] and not bwd
+    fwd, _ = _synced_steps({})  # no expert parallelism: the grouped GEMM reads the sizes itself
+    assert [(s.layer, s.op.name) for s in fwd] == [(f"layers.{i}", "expert_fc1") for i in range(2)]
+
+
+@pytest.mark.parametrize(("model", "strategy"), [
+    ({"moe_capacity_factor": 1.0, "moe_pad_to_capacity": True}, {"ep": 8}),  # fixed shapes: nothing to read
+    ({}, {"ep": 8, "cuda_graphs": "full_iteration"}),  # Megatron's sync-free dispatch under a whole-step graph
+])
+def test_fixed_shapes_and_whole_step_graphs_do_not_sync(model: dict[str, Any], strategy: dict[str, Any]) -> None:
+    assert _synced_steps(model, **strategy) == ([], [])
+
+
+def _two_task_graph(sync: bool) -> Any:
+    from trainsim.compile.graph import ExecutionGraph, RankClass
+    from trainsim.compile.program import Stream
+
+    g = ExecutionGraph()
+    g.classes = [RankClass("c0", 0, 1, range(1))]
+    g.add("attention", "compute", Stream.COMPUTE, "compute", 3.0, (0,), [], host_s=1.0)
+    g.add("experts", "compute", Stream.COMPUTE, "compute", 1.0, (0,), [0], host_s=2.0, host_sync=sync)
+    return g
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_the_engine_issues_a_synced_task_after_its_dependencies_by_hand(sync: bool) -> None:
+    """attention: issued at 0 (1 s of host), runs 0-3; experts: 2 s of host, 1 s of GPU. Unsynced, the host issues
+    it at 1 and its host path ends it at 1 + 2 = 3, the GPU at 3 + 1: it ends at 4. Synced, the host waits for the
+    attention (3), issues it then and the host path ends it at 3 + 2 = 5."""
+    from trainsim.sim.engine import run
+
+    trace = run(_two_task_graph(sync), gamma=0.0)
+    assert trace.issue_s[1] == (3.0 if sync else 1.0)
+    assert trace.end_s[1] == (5.0 if sync else 4.0)
+
+
+def test_a_synced_step_is_never_fused_into_the_chain_before_it() -> None:
+    from trainsim.compile.graph import coarsen
+    from trainsim.compile.program import Step, Stream
+
+    steps = [Step(f"s{i}", "compute", Stream.COMPUTE, "compute", duration_s=1.0, host_s=0.5, host_sync=i == 2)
+             for i in range(4)]
+    specs = coarsen(steps, "auto", False, frozenset({Stream.COMPUTE, Stream.FEATURE}))
+    assert [(sp.label, sp.host_sync) for sp in specs] == [("s0 .. s1", False), ("s2 .. s3", True)]
+
+
+def test_the_analytic_tier_holds_a_waiting_host_to_the_gpu_line_by_hand() -> None:
+    """A phase of 3 s of GPU issued in 0 s (graphed), then one whose host waits: 1 s of GPU behind 2 s of host
+    (its own line 3 s, its host held there). Together: GPU 4 s; the waiting host reaches 3 + 3 = 6 s, not 0 + 3."""
+    from trainsim.sim.analytic import PhaseCost
+
+    graphed = PhaseCost(busy_s=3.0, host_s=0.0, synced_s=3.0)
+    eager = PhaseCost(busy_s=1.0, host_s=3.0, synced_s=3.0, host_waits=True)
+    both = graphed.add(eager)
+    assert (both.busy_s, both.synced_s, both.host_s, both.host_waits) == (4.0, 6.0, 6.0, True)
+    free = graphed.add(PhaseCost(busy_s=1.0, host_s=3.0, synced_s=3.0))
+    assert free.host_s == 3.0  # a host that does not wait runs ahead

@@ -160,7 +160,8 @@ def _merge(parts: list[tuple[int, KinetoTrace, ReplayGraph]]) -> tuple[Execution
         g.classes.append(RankClass(f"rank{rank}", 0, 1, range(rank, rank + 1)))
         for t in range(len(sub)):
             g.add(sub.name[t], sub.kind[t], sub.stream[t], sub.category[t], sub.duration_s[t], (ci,),
-                  [d + off for d in sub.deps[t]], host_s=sub.host_s[t], host_path_s=sub.host_path_s[t])
+                  [d + off for d in sub.deps[t]], host_s=sub.host_s[t], host_path_s=sub.host_path_s[t],
+                  host_sync=sub.host_sync[t])
         for s, nm in sub.stream_names.items():
             g.stream_names.setdefault(s, nm)
         out.append(RankGraph(rank, tr, rg, off, len(sub)))

@@ -50,6 +50,9 @@ class ExecutionGraph:
     # earliest finish after the host starts issuing the task: max over its ops k of host time up to and
     # including k plus GPU time from k on (exact for fused chains, = max(duration, host) for one op)
     host_path_s: list[float] = field(default_factory=list)
+    # the host waits for the GPU to finish the task's dependencies before it issues it (a device-to-host read:
+    # a dropless MoE's token counts before its dispatch, compile.program.Step.host_sync)
+    host_sync: list[bool] = field(default_factory=list)
     micro_batch: list[int] = field(default_factory=list)
     queues: dict[tuple[int, int], list[int]] = field(default_factory=lambda: defaultdict(list))
     # bandwidth sharing (sim.flows): a task's fixed latency and its work seconds on shared physical
@@ -74,7 +77,8 @@ class ExecutionGraph:
             deps: list[int], mb: int = -1, parts: dict[str, float] | None = None, mem_peak: float = 0.0,
             mem_net: float = 0.0, host_s: float = 0.0, host_path_s: float | None = None,
             flow_latency_s: float = 0.0, flow_demand: tuple[tuple[int, float], ...] | None = None,
-            comm_op: str = "", comm_bytes: float = 0.0, comm_ranks: tuple[int, ...] = ()) -> int:
+            comm_op: str = "", comm_bytes: float = 0.0, comm_ranks: tuple[int, ...] = (),
+            host_sync: bool = False) -> int:
         t = len(self.name)
         self.name.append(name)
         self.kind.append(kind)
@@ -88,6 +92,7 @@ class ExecutionGraph:
         self.mem_net_bytes.append(mem_net)
         self.host_s.append(host_s)
         self.host_path_s.append(max(duration_s, host_s) if host_path_s is None else host_path_s)
+        self.host_sync.append(host_sync)
         self.micro_batch.append(mb)
         self.flow_latency_s.append(flow_latency_s)
         self.flow_demand.append(flow_demand)
@@ -166,7 +171,7 @@ _COPY_ITEMS = True
 
 # the columns a copy of a template row takes as they are (ExecutionGraph.add_copies)
 _TEMPLATE_COLUMNS = ("kind", "stream", "category", "duration_s", "participants", "mem_peak_bytes",
-                     "mem_net_bytes", "host_s", "host_path_s", "flow_latency_s", "flow_demand", "comm_op",
+                     "mem_net_bytes", "host_s", "host_path_s", "host_sync", "flow_latency_s", "flow_demand", "comm_op",
                      "comm_bytes", "comm_ranks")
 
 
@@ -195,6 +200,7 @@ class TaskTable:
     mem_net_bytes: list[float] = field(default_factory=list)
     host_s: list[float] = field(default_factory=list)
     host_path_s: list[float] = field(default_factory=list)
+    host_sync: list[bool] = field(default_factory=list)
     flow_latency_s: list[float] = field(default_factory=list)
     flow_demand: list[object] = field(default_factory=list)
     comm_op: list[str] = field(default_factory=list)
@@ -211,7 +217,7 @@ class TaskTable:
             classes: tuple[int, ...], deps: tuple[int, ...], parts: dict[str, float] | None = None,
             mem_peak: float = 0.0, mem_net: float = 0.0, host_s: float = 0.0,
             host_path_s: float | None = None, comm_op: str = "", comm_bytes: float = 0.0,
-            comm_ranks: tuple[int, ...] = (), flow: object = None) -> int:
+            comm_ranks: tuple[int, ...] = (), flow: object = None, host_sync: bool = False) -> int:
         """Append one row (ExecutionGraph.add's arguments, `deps` as rows of this table; `flow`: what its
         copies' `flow_demand` holds, their latency 0 meanwhile); its row."""
         k = len(self.labels)
@@ -227,6 +233,7 @@ class TaskTable:
         self.mem_net_bytes.append(mem_net)
         self.host_s.append(host_s)
         self.host_path_s.append(max(duration_s, host_s) if host_path_s is None else host_path_s)
+        self.host_sync.append(host_sync)
         self.flow_latency_s.append(0.0)
         self.flow_demand.append(flow)
         self.comm_op.append(comm_op)
@@ -276,6 +283,7 @@ class _Spec:
     flow: dict[str, float] | None = None  # work seconds by link key (fused comm load, see coarsen)
     comm_op: str = ""  # the step's collective or memory access ("" once fused into compute)
     comm_bytes: float = 0.0
+    host_sync: bool = False  # its first step's (Step.host_sync): a chain is never fused across one
 
 
 T = TypeVar("T")
@@ -365,7 +373,8 @@ def _fuse_fork_join(steps: list[Step], streams: frozenset[int],
         fork = (fork and c is not None and steps[i + 1].kind == "collective"
                 and steps[i + 1].deps == a.deps and steps[i + 1].stream in streams and c.kind == "compute"
                 and c.deps == (i, k - 1) and refs[i] == 1 and all(refs[j] == (1 if j == k - 1 else 0)
-                                                                   for j in range(i + 1, k)))
+                                                                   for j in range(i + 1, k))
+                and not any(steps[j].host_sync for j in range(i, k + 1)))  # a sync stays its own task
         if not fork:
             remap[i] = len(out)
             out.append(a)
@@ -503,7 +512,7 @@ def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_stre
     for i, s in enumerate(steps):
         if (not op_level and prev is not None and s.deps is None and s.stream in merge_streams
                 and stream in merge_streams and (i - 1) not in referenced
-                and not (keep_anchors and bucket) and kind != "p2p"
+                and not (keep_anchors and bucket) and kind != "p2p" and not s.host_sync
                 and (not by_layer or steps[i - 1].layer == s.layer)):
             dur, alloc, step_host, step_bucket = s.duration_s, s.alloc_bytes, s.host_s, s.grad_bucket
             if parts is None:
@@ -544,7 +553,7 @@ def _coarsen(steps: list[Step], granularity: str, keep_anchors: bool, merge_stre
                          dict(s.parts) if s.parts else None, max(s.alloc_bytes, 0.0),
                          s.alloc_bytes - s.free_bytes, s.deps, s.grad_bucket, s.axes, i,
                          s.host_s, max(s.duration_s, s.host_s), flow_latency, flow, s.collective or s.access,
-                         s.size_bytes)
+                         s.size_bytes, s.host_sync)
             out.append(prev)
             kind, stream, bucket, last = prev.kind, prev.stream, prev.grad_bucket, i
             anchor = i if s.grad_bucket else -1
@@ -1064,12 +1073,13 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
             if sp.kind == "collective":
                 table.add(sp.label, "collective", sp.stream, sp.category, sp.duration_s, (cid,), deps, None,
                           max(0.0, sp.mem_peak), sp.mem_net, sp.host_s, sp.host_path_s, comm_op=sp.comm_op,
-                          comm_bytes=sp.comm_bytes, comm_ranks=group(sp.axes, rank), flow=flow)
+                          comm_bytes=sp.comm_bytes, comm_ranks=group(sp.axes, rank), flow=flow,
+                          host_sync=sp.host_sync)
             else:
                 table.add(sp.label, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps,
                           dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net, sp.host_s,
                           sp.host_path_s, comm_op=sp.comm_op, comm_bytes=sp.comm_bytes,
-                          comm_ranks=(rank,) if sp.comm_op else (), flow=flow)
+                          comm_ranks=(rank,) if sp.comm_op else (), flow=flow, host_sync=sp.host_sync)
         last = len(todo) - 1
         streams = table.stream[start:]
         body = [k for k, x in enumerate(streams) if x != Stream.MEMORY] or list(range(len(todo)))
@@ -1120,11 +1130,12 @@ def build_graph(program: Program, *, exact: bool = False, granularity: str = "au
                 g.mem_net_bytes[t] = sp.mem_net
                 g.host_s[t] = sp.host_s
                 g.host_path_s[t] = sp.host_path_s
+                g.host_sync[t] = sp.host_sync
             else:
                 t = g.add(name, sp.kind, sp.stream, sp.category, sp.duration_s, (cid,), deps, mb,
                           dict(sp.parts) if sp.parts else None, sp.mem_peak, sp.mem_net, sp.host_s,
                           sp.host_path_s, comm_op=sp.comm_op, comm_bytes=sp.comm_bytes,
-                          comm_ranks=(rank,) if sp.comm_op else ())
+                          comm_ranks=(rank,) if sp.comm_op else (), host_sync=sp.host_sync)
             if sp.flow:
                 note_flow(t, (sp.flow_latency_s, sp.flow))
             ids.append(t)

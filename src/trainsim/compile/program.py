@@ -34,7 +34,15 @@ from ..strategy.mesh import AXIS_ORDER, REPLICA_AXES, DeviceMesh
 from ..strategy.precision import FP8_ACTIVATION_BYTES, NF4_BYTES_PER_PARAM, Precision, low_precision_gemm
 from ..strategy.presets import EXPERT_OPS
 from ..strategy.schedules import ZERO_BUBBLE_KINDS, chunk_place
-from ..strategy.tree import LeafConfig, Split, StateConfig, StrategyNode, StrategyTree, recompute_modules
+from ..strategy.tree import (
+    FULL_ITERATION,
+    LeafConfig,
+    Split,
+    StateConfig,
+    StrategyNode,
+    StrategyTree,
+    recompute_modules,
+)
 from ..workload.ir import CONTRACTION_KINDS, Layer, Op, OpValues, SavedTensor
 from .layout import (
     Layout,
@@ -88,6 +96,9 @@ class Step:
     # memory steps: the pool's switches gather the shard while loading / reduce-scatter it while storing over the
     # group `axes` (ASTRA-sim 2.0 in-switch collectives; tree.offload_in_switch)
     in_switch: bool = False
+    # the host waits for the GPU to finish what came before before it issues this step: a device-to-host read (a
+    # dropless MoE's token counts, which its dispatch and grouped GEMMs need on the host)
+    host_sync: bool = False
 
 
 STEP_LISTS = ("fwd", "bwd", "grad_sync", "post_step")
@@ -493,6 +504,13 @@ class _Lowerer:
         # offload remote with in-switch collectives: the pool reduce-scatters the gradients of layers with sharded
         # weights while storing them, so their GPU reduce-scatter is not emitted (an HSDP replica all-reduce stays)
         self.in_switch = tree.offload_in_switch and tree.offload != "none"
+        # a dropless MoE reads its routing's token counts on the host before the step after its dispatch
+        # (Megatron-Core: the all-to-all's splits before the EP all-to-all, the grouped GEMM's per-expert sizes;
+        # DeepEP / HybridEP's received-token count): the host waits for the GPU there. Padding to a capacity fixes
+        # the counts; a full-iteration CUDA graph needs (and assumes) Megatron's sync-free dispatch
+        hyper = tree.model.hyper
+        self.moe_sync = bool(hyper.get("experts")) and not hyper.get("moe_padded") \
+            and FULL_ITERATION not in tree.cuda_graphs
         self.templates = _Templates(cache)
 
     # -- helpers -------------------------------------------------------------------------------
@@ -591,6 +609,7 @@ class _Lowerer:
         producer: dict[str, Op] = {}
         cur, cur_op = prev, None
         plan = self._plan(layer, recompute)
+        sync_from = -1  # the index of the step after a dropless dispatch's forward: the host syncs before it
         for k, op in enumerate(layer.ops):
             split = leaf.ops.get(op.name, {})
             run = not only_selective or (plan is not None and op.name in plan.rerun)
@@ -621,10 +640,15 @@ class _Lowerer:
                     alloc = recomputed + (self._remade(op, layer, leaf, plan) if plan is not None else 0.0)
                 temp = self._transient(op, split) if op.transient else 0.0
                 steps.append(self._compute(op, split, layer.name, phase, alloc=alloc + temp, free=temp))
+                if phase == "fwd" and op.name == "dispatch" and self.moe_sync:
+                    sync_from = len(steps)
             out = (output_layout(op, split), self._out_bytes(op, split))
             outs[op.name] = out
             producer[op.name] = op
             cur, cur_op = out, op
+            if op.name != "dispatch" and 0 <= sync_from < len(steps):
+                steps[sync_from].host_sync = True
+                sync_from = -1
         return cur
 
     # -- backward --------------------------------------------------------------------------------

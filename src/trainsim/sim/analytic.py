@@ -69,17 +69,26 @@ class PhaseCost:
     # issued from a host that starts with the GPU (after a pipeline receive, Megatron's batch_p2p_sync): the
     # two-stage flow host -> GPU, max over steps k of (host time up to k + GPU time from k on)
     synced_s: float = 0.0
+    # its host waits for the GPU inside it (Step.host_sync: a device-to-host read), so its host time reaches at least
+    # the GPU's end through it: composed after another phase, that one's GPU work is waited for too
+    host_waits: bool = False
 
     def add(self, other: PhaseCost) -> PhaseCost:
         """This phase followed by `other` (sums; the peak is other's on top of this one's net; the synced time
-        composes as a flow line: max(this synced + other's GPU time, this host time + other synced))."""
+        composes as a flow line: max(this synced + other's GPU time, this host time + other synced); a host that
+        waits in `other` waits for this one's GPU as well, so `other` runs its line after this one's, and the host is
+        held to the result)."""
         parts = dict(self.parts)
         for k, v in other.parts.items():
             parts[k] = parts.get(k, 0.0) + v
-        return PhaseCost(self.busy_s + other.busy_s, self.host_s + other.host_s, parts,
+        synced = max(self.synced_s + other.busy_s, self.host_s + other.synced_s)
+        if other.host_waits:
+            synced = max(synced, self.synced_s + other.synced_s)
+        host = self.host_s + other.host_s
+        return PhaseCost(self.busy_s + other.busy_s, max(host, synced) if other.host_waits else host, parts,
                          self.net_bytes + other.net_bytes,
-                         max(self.peak_bytes, self.net_bytes + other.peak_bytes),
-                         max(self.synced_s + other.busy_s, self.host_s + other.synced_s))
+                         max(self.peak_bytes, self.net_bytes + other.peak_bytes), synced,
+                         self.host_waits or other.host_waits)
 
     def scaled(self, k: int) -> PhaseCost:
         """k copies in a row (k whole layers alike), as k - 1 calls of `add` would give."""
@@ -87,7 +96,7 @@ class PhaseCost:
             return PhaseCost()
         return PhaseCost(self.busy_s * k, self.host_s * k, {c: v * k for c, v in self.parts.items()},
                          self.net_bytes * k, self.peak_bytes + max(0.0, self.net_bytes) * (k - 1),
-                         self.synced_s + (k - 1) * max(self.busy_s, self.host_s))
+                         self.synced_s + (k - 1) * max(self.busy_s, self.host_s), self.host_waits)
 
 
 def replay_layers(steps: list[Step], gamma: float) -> dict[str, PhaseCost]:
@@ -96,6 +105,7 @@ def replay_layers(steps: list[Step], gamma: float) -> dict[str, PhaseCost]:
     the category of the step that released it; what the chain still runs after the last compute step
     (a closing TP all-reduce) to the layer of the step that ends last."""
     out: dict[str, PhaseCost] = {}
+    synced_layers: set[str] = set()  # layers whose host waits for their GPU (Step.host_sync)
     start_level: dict[str, float] = {}
     grad_busy: dict[str, float] = {}
     end: list[float] = []
@@ -136,6 +146,9 @@ def replay_layers(steps: list[Step], gamma: float) -> dict[str, PhaseCost]:
         elif s.stream == Stream.GRAD:
             grad_busy[s.layer] += s.duration_s
         host = s.host_s if s.stream in (Stream.COMPUTE, Stream.FEATURE) else 0.0
+        if s.host_sync and s.stream in (Stream.COMPUTE, Stream.FEATURE):  # the host waits for the GPU's work so far
+            pc.host_s = max(pc.host_s, pc.synced_s)
+            synced_layers.add(s.layer)
         pc.synced_s = max(pc.synced_s + step_busy, pc.host_s + max(step_busy, host))
         pc.host_s += host
         if s.stream in (Stream.COMPUTE, Stream.FEATURE) and e > tail_end:
@@ -152,6 +165,9 @@ def replay_layers(steps: list[Step], gamma: float) -> dict[str, PhaseCost]:
             pc.parts["compute"] = pc.parts.get("compute", 0.0) + slow
             pc.busy_s += slow
             pc.synced_s += slow
+    for name in synced_layers:  # the next layer's wait starts from this one's GPU end: the host is held to its line
+        pc = out[name]
+        pc.host_s, pc.host_waits = max(pc.host_s, pc.synced_s), True
     return out
 
 

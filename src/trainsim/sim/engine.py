@@ -116,8 +116,9 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     """Simulate the graph. Compute tasks and feature collectives (TP/CP/EP, the ones fusion may fold
     into compute) also wait for the framework (host) to issue them: each class's host issues them in
     order, `host_s` per task, running ahead of the GPU except that with `p2p_host_sync` it waits for
-    pipeline sends/receives to finish (Megatron's batch_p2p_sync), so tiny kernels and pipeline
-    hand-offs become host-bound as in real runs. A task cannot finish before its issue time plus its
+    pipeline sends/receives to finish (Megatron's batch_p2p_sync), and before a `host_sync` task it waits
+    for that task's dependencies to finish (a device-to-host read), so tiny kernels, pipeline hand-offs and
+    synchronizing reads become host-bound as in real runs. A task cannot finish before its issue time plus its
     `host_path_s`; a fused task's host_path_s covers the ops it fused, so how finely a chain is cut
     into tasks does not change when it ends.
     `bandwidth_sharing=False` ignores the graph's flow demands (every task keeps its duration).
@@ -128,6 +129,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     deps, participants = graph.deps, graph.participants
     kind = list(map(index, graph.stream))  # plain ints: they compare faster than Stream members
     dur, host, host_path = graph.duration_s, graph.host_s, graph.host_path_s
+    host_sync = graph.host_sync if len(graph.host_sync) == len(graph.name) else [False] * len(graph.name)
     mem_peak, mem_net = graph.mem_peak_bytes, graph.mem_net_bytes
     flow_lat = graph.flow_latency_s
     sharing = bandwidth_sharing and any(graph.flow_demand)
@@ -277,6 +279,10 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
                             continue
                     for p in ds:
                         if kind[p] == _P2P and end[p] > synced:
+                            synced = end[p]
+                if host_sync[x]:  # tried once its dependencies ended: the host read waits for the latest
+                    for p in ds:
+                        if end[p] > synced:
                             synced = end[p]
                 # each member's host issues it when done with what came before (a collective: once all did)
                 issue = host_free[members[0]] if len(members) == 1 else max(host_free[c] for c in members)

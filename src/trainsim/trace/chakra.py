@@ -100,6 +100,7 @@ A_STREAM = "trainsim_stream"
 A_CATEGORY = "trainsim_category"
 A_HOST = "trainsim_host_s"
 A_HOST_PATH = "trainsim_host_path_s"
+A_HOST_SYNC = "trainsim_host_sync"  # the host waits for the node's dependencies before issuing it
 A_MEM_PEAK = "trainsim_mem_peak_bytes"
 A_MEM_NET = "trainsim_mem_net_bytes"
 A_PARTS_KEYS = "trainsim_parts"
@@ -178,6 +179,7 @@ def _common_attrs(a: dict[str, Any], where: str) -> dict[str, Any]:
             "mb": int(a.get(A_MB, -1)), "mem_peak": float(a.get(A_MEM_PEAK, 0.0)),
             "mem_net": float(a.get(A_MEM_NET, 0.0)), "host_s": float(a.get(A_HOST, 0.0)),
             "host_path_s": float(a[A_HOST_PATH]) if A_HOST_PATH in a else None,
+            "host_sync": bool(a.get(A_HOST_SYNC, False)),
             "parts": dict(zip(a[A_PARTS_KEYS], map(float, a[A_PARTS_S]), strict=True)) if A_PARTS_KEYS in a else None}
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigError(where, f"malformed trainsim attributes ({type(exc).__name__}: {exc})",
@@ -721,6 +723,8 @@ def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "trai
         attr(node, A_MB, int64_val=int(graph.micro_batch[t]))
         attr(node, A_HOST, double_val=graph.host_s[t])
         attr(node, A_HOST_PATH, double_val=graph.host_path_s[t])
+        if graph.host_sync[t]:
+            attr(node, A_HOST_SYNC, bool_val=True)
         if graph.mem_peak_bytes[t] or graph.mem_net_bytes[t]:
             attr(node, A_MEM_PEAK, double_val=graph.mem_peak_bytes[t])
             attr(node, A_MEM_NET, double_val=graph.mem_net_bytes[t])

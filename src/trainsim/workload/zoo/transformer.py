@@ -771,7 +771,8 @@ def build_transformer(cfg: TransformerConfig, batch: int, seq_len: int | None = 
         "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv,
         "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.experts, "top_k": cfg.top_k if cfg.experts else 0,
         "expert_ffn": (cfg.expert_ffn or cfg.ffn) if cfg.experts else 0, "shared_expert_ffn": cfg.shared_expert_ffn,
-        "first_dense_layers": dense, "attention": attention, "mtp_layers": cfg.mtp_layers})
+        "first_dense_layers": dense, "attention": attention, "mtp_layers": cfg.mtp_layers,
+        "moe_padded": bool(cfg.experts and cfg.moe_pad_to_capacity)})
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 50257, seq: int = 2048,
