@@ -256,3 +256,25 @@ def test_the_analytic_tier_holds_a_waiting_host_to_the_gpu_line_by_hand() -> Non
     assert (both.busy_s, both.synced_s, both.host_s, both.host_waits) == (4.0, 6.0, 6.0, True)
     free = graphed.add(PhaseCost(busy_s=1.0, host_s=3.0, synced_s=3.0))
     assert free.host_s == 3.0  # a host that does not wait runs ahead
+
+
+def test_the_cli_takes_the_scope_and_refuses_a_bad_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_helpers import one_line_error
+
+    from trainsim.cli import main
+
+    args = ["simulate", "--model", "qwen3-30b-a3b", "--layers", "2", "--seq-len", "1024", "--cluster", "dgx-h100",
+            "--dp", "8", "--ep", "8", "--global-batch", "16"]
+    main([*args, "--cuda-graphs", "attn,moe_router"])
+    assert "cuda_graphs=attn,moe_router" in capsys.readouterr().out
+    err = one_line_error([*args, "--cuda-graphs", "attn,router"], capsys)
+    assert err.startswith("error: strategy.cuda_graphs: unknown module 'router'")
+
+
+def test_a_search_holds_the_scope_for_every_candidate() -> None:
+    from trainsim.optimize.space import held_knobs, with_held
+
+    held = held_knobs({"cuda_graphs": "full_iteration", "ep_overlap": True, "tp": 2})
+    assert held == {"cuda_graphs": "full_iteration", "ep_overlap": True}
+    assert with_held({"tp": 2}, held, ep=1) == {"cuda_graphs": "full_iteration", "tp": 2}  # EP knobs: ep > 1 only
+    assert with_held({"tp": 2}, held, ep=4) == {**held, "tp": 2}
