@@ -46,7 +46,7 @@ def _reference_transformer(name: str, batch: int, attention: str, kernels: str, 
                         "top_k": cfg.top_k if cfg.experts else 0,
                         "expert_ffn": (cfg.expert_ffn or cfg.ffn) if cfg.experts else 0,
                         "shared_expert_ffn": cfg.shared_expert_ffn, "first_dense_layers": 0, "attention": attention,
-                        "mtp_layers": 0})
+                        "mtp_layers": 0, "moe_padded": bool(cfg.experts and cfg.moe_pad_to_capacity)})
 
 
 def _model_value(m: Model) -> tuple:
