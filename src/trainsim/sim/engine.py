@@ -129,7 +129,7 @@ def run(graph: ExecutionGraph, gamma: float = OVERLAP_GAMMA, record_memory: bool
     deps, participants = graph.deps, graph.participants
     kind = list(map(index, graph.stream))  # plain ints: they compare faster than Stream members
     dur, host, host_path = graph.duration_s, graph.host_s, graph.host_path_s
-    host_sync = graph.host_sync if len(graph.host_sync) == len(graph.name) else [False] * len(graph.name)
+    host_sync = graph.host_sync
     mem_peak, mem_net = graph.mem_peak_bytes, graph.mem_net_bytes
     flow_lat = graph.flow_latency_s
     sharing = bandwidth_sharing and any(graph.flow_demand)

@@ -520,9 +520,8 @@ def _pattern_block_ops(cfg: TransformerConfig, kind: str, b: int, s: int, impl: 
     mixer = {"M": lambda: _mamba2_ops(cfg, b, s), "*": lambda: _attention_ops(cfg, b, s, impl),
              "E": lambda: _moe_ops(cfg, b, s), "-": lambda: _mlp_ops(cfg, b, s)}[kind]()
     module = {"M": "mamba", "*": "attn", "E": "moe", "-": "mlp"}[kind]
-    norm = _norm("ln1", cfg, b, s)
-    return _in_module([replace(norm, module="moe_router") if kind == "E" else norm, *mixer,
-                       _dropout_add("mlp_residual", cfg, b, s)], module)
+    return [*_in_module([_norm("ln1", cfg, b, s)], "moe_router" if kind == "E" else module),
+            *_in_module([*mixer, _dropout_add("mlp_residual", cfg, b, s)], module)]
 
 
 def _block_ops(cfg: TransformerConfig, b: int, s: int, impl: str, moe: bool | None = None, window: int = 0
