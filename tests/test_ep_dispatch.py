@@ -77,8 +77,9 @@ def _job(**strategy: Any) -> dict[str, Any]:
 def test_the_two_hop_dispatch_shortens_cross_node_expert_parallelism_only() -> None:
     direct, two_hop = trainsim.simulate(_job()), trainsim.simulate(_job(ep_dispatcher="deepep"))
     assert two_hop.breakdown["ep"] < 0.6 * direct.breakdown["ep"]  # 2 nodes, top-8 of 128: share 0.25
-    # the same kernels (their overlap slowdown under gradient traffic moves a little with the timing)
-    assert two_hop.breakdown["compute"] == pytest.approx(direct.breakdown["compute"], rel=0.01)
+    # the same GEMMs and memory traffic; DeepEP's fused preprocess launches fewer bookkeeping kernels (workload.zoo
+    # MOE_TOKEN_KERNELS), so its compute is never longer (the overlap slowdown under gradient traffic moves a little)
+    assert two_hop.breakdown["compute"] <= direct.breakdown["compute"] * 1.01
     small = {**_job(), "cluster": {"name": "dgx-h100", "nodes": 2}}
     small["strategy"] = {"ep": 8, "global_batch": 32}  # ep inside each node: nothing crosses
     inside = trainsim.simulate(small)
@@ -196,8 +197,12 @@ def test_ep_overlap_shortens_only_the_exposed_expert_communication() -> None:
     hidden = trainsim.simulate({**_job(pp=2, global_batch=64, ep_overlap=True), "cluster": four})
     # 3 of 4 micro-batches paired; the backward's all-to-alls outlast the forward compute they hide under
     assert hidden.breakdown["ep"] < 0.8 * plain.breakdown["ep"]
-    assert hidden.breakdown["compute"] == pytest.approx(plain.breakdown["compute"])
     assert hidden.iteration_time_s < plain.iteration_time_s
+    # the same kernels: with no host in the way (a full-iteration graph) the compute is the same; eager, the one
+    # host issues both paired micro-batches' launches, which a host-bound step feels
+    graphed = [trainsim.simulate({**_job(pp=2, global_batch=64, cuda_graphs="full_iteration", **extra),
+                                  "cluster": four}) for extra in ({}, {"ep_overlap": True})]
+    assert graphed[1].breakdown["compute"] == pytest.approx(graphed[0].breakdown["compute"])
     with pytest.raises(ConfigError, match=r"^strategy\.ep_overlap:"):
         trainsim.simulate({**_job(), "strategy": {"global_batch": 32, "ep_overlap": True}})
 

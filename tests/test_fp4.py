@@ -26,15 +26,16 @@ def test_blackwell_fp4_peaks(name: str, fp4_tflops: float) -> None:
 
 
 def test_nvfp4_casts_by_hand() -> None:
-    # read 2 bytes, write a row-wise and a column-wise copy of a 4-bit value plus an E4M3 scale per 16
-    assert CAST_BYTES_PER_ELEM["fp4"] == pytest.approx(2 + 2 * (0.5 + 1 / 16)) == pytest.approx(3.125)
+    # four 2-byte reads (amax, quantise; Hadamard amax, Hadamard quantise), a row-wise and a column-wise copy of a
+    # 4-bit value plus an E4M3 scale per 16
+    assert CAST_BYTES_PER_ELEM["fp4"] == pytest.approx(4 * 2 + 2 * (0.5 + 1 / 16)) == pytest.approx(9.125)
     dev = get_device("b200")
     p = CAL.compute_for(dev)
     m = RooflineCompute(p)
     hbm = dev.hbm_gbps * 1e9 * p.hbm_efficiency
     gemm = gemm_op(8192, 8192, 8192)
     t4 = m.op_time(gemm, gemm.dims, "fwd", dev, "fp4")
-    expected = m.contraction_time(gemm, gemm.dims, "fwd", dev, "fp4") + 3.125 * 8192 * 8192 / hbm \
+    expected = m.contraction_time(gemm, gemm.dims, "fwd", dev, "fp4") + 9.125 * 8192 * 8192 / hbm \
         + 2 * p.kernel_overhead_s
     assert t4 == pytest.approx(expected, rel=1e-12)
     # the GEMM alone at the FP4 rate: twice the FP8 one's throughput at the same share of peak

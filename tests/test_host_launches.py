@@ -16,10 +16,12 @@ from trainsim.api import simulate_costed, strategy_tree
 from trainsim.config import JobConfig
 from trainsim.cost.calibration import load_calibration
 from trainsim.cost.compute import RooflineCompute
+from trainsim.errors import ConfigError
 from trainsim.hardware.devices import get_device
 from trainsim.strategy.tree import CUDA_GRAPH_MODULES, cuda_graph_scope
 from trainsim.validate.training_runs import _settings, row_job
 from trainsim.workload.zoo import build_model
+from trainsim.workload.zoo.transformer import dispatcher_kernels
 
 MOE = {"experts": 16, "top_k": 2}
 
@@ -48,6 +50,93 @@ def test_a_per_expert_gemm_launches_once_per_local_expert_by_hand(local_experts:
     gap = model.params.kernel_overhead_s
     t_per = model.op_time(per, local, "fwd", dev, "bf16")
     assert t_per - model.op_time(grouped, local, "fwd", dev, "bf16") == pytest.approx((local_experts - 1) * gap)
+
+
+def test_the_router_launches_the_guides_kernel_counts_by_hand() -> None:
+    """Megatron-Core's router: 31 forward kernels with --moe-router-fusion, 72 without (NVIDIA's DeepSeek-V3 GB200
+    guide), its gating GEMM included; every kernel a host launch and a GPU gap."""
+    model, dev = _compute()
+    h, op_h, gap = model.params.host_overhead_s, model.params.torch_op_host_s, model.params.kernel_overhead_s
+    assert op_h == pytest.approx(13.48e-6)  # TE issue #2053: torch.nn.Linear's forward on a DGX H100 host
+    fused, unfused = _ops()["router"], _ops(moe_router_fusion=False)["router"]
+    for op, fwd, bwd in ((fused, 31, 10), (unfused, 72, 23)):
+        assert model.kernels(op, "fwd", op.dims) == model.kernels(op, "recompute", op.dims) == fwd
+        assert model.kernels(op, "bwd", op.dims) == bwd
+        # a split backward counts the bookkeeping kernels once, with the input-gradient GEMM
+        assert model.kernels(op, "dgrad", op.dims) + model.kernels(op, "wgrad", op.dims) == bwd
+        # the gating GEMM is a framework launch, the rest plain PyTorch calls
+        assert model.host_time(op, "fwd", op.dims) == pytest.approx(h + (fwd - 1) * op_h)
+        assert model.host_time(op, "bwd", op.dims) == pytest.approx(2 * h + (bwd - 2) * op_h)
+    dt = model.op_time(unfused, unfused.dims, "fwd", dev, "bf16") - model.op_time(fused, fused.dims, "fwd", dev, "bf16")
+    assert dt == pytest.approx(41 * gap)  # the same GEMM, 41 more kernel gaps
+
+
+@pytest.mark.parametrize(("dispatcher", "ep", "router", "dispatch", "combine"), [
+    ("alltoall", 8, (31, 10), (12, 2), (11, 3)),  # Megatron-Core's all-to-all dispatcher across EP ranks
+    ("alltoall", 1, (31, 10), (6, 1), (6, 3)),  # the same without EP: no splits, no counts all-gather
+    ("deepep", 8, (13, 10), (4, 1), (3, 2)),  # the flex dispatcher: router and preprocess together 17 (the guide)
+])
+def test_the_token_dispatcher_sets_the_bookkeeping_kernels(dispatcher: str, ep: int, router: tuple[int, int],
+                                                          dispatch: tuple[int, int],
+                                                          combine: tuple[int, int]) -> None:
+    model, _ = _compute()
+    ops = _ops()
+    for name, want in (("router", router), ("dispatch", dispatch), ("combine", combine)):
+        op = dispatcher_kernels(ops[name], dispatcher, ep)
+        assert (model.kernels(op, "fwd", op.dims), model.kernels(op, "bwd", op.dims)) == want
+    if dispatcher == "deepep":
+        assert router[0] + dispatch[0] == 17
+    # no other op carries bookkeeping kernels, and none changes with the dispatcher
+    assert all(op.side_kernels == (0, 0) and dispatcher_kernels(op, dispatcher, ep) is op
+               for name, op in ops.items() if name not in ("router", "dispatch", "combine"))
+
+
+def test_the_dispatchers_kernels_reach_the_steps_and_a_graph_takes_their_host_time() -> None:
+    model, _ = _compute()
+    h, op_h = model.params.host_overhead_s, model.params.torch_op_host_s
+    job = {**JOB, "model": {**JOB["model"], "expert_gemm": "grouped"}}
+    for graphs, captured in (("none", set()), (["moe_router", "moe_preprocess"], {"router", "dispatch"})):
+        for dispatcher, fwd in (("alltoall", {"router": 31, "dispatch": 12, "combine": 11}),
+                                ("deepep", {"router": 13, "dispatch": 4, "combine": 3})):
+            strategy = {**job["strategy"], "cuda_graphs": graphs, "ep_dispatcher": dispatcher}
+            _, costed = simulate_costed(JobConfig.model_validate({**job, "strategy": strategy}))
+            steps = {s.op.name: s for s in costed.program.chunks[0].fwd if s.op is not None and s.op.name in fwd}
+            for name, kernels in fwd.items():  # one framework launch (the GEMM, the permute), the rest plain calls
+                assert steps[name].host_s == pytest.approx(0.0 if name in captured else h + (kernels - 1) * op_h)
+
+
+def test_a_grace_host_takes_longer_per_op_by_the_measured_ratio() -> None:
+    """GB200 / GB300 racks run Grace CPUs: every host time (kernels and collectives) x 37.08 / 13.48 (TE #2053);
+    the GPU work is the same."""
+    from dataclasses import replace
+
+    from trainsim.api import costed_program, job_tree
+    from trainsim.config import parse_job
+    from trainsim.hardware.cluster import GRACE_HOST_OVERHEAD_SCALE, get_cluster
+
+    assert pytest.approx(2.7507, rel=1e-4) == GRACE_HOST_OVERHEAD_SCALE
+    assert get_cluster("gb200-nvl72").host_overhead_scale == get_cluster("gb300-nvl72").host_overhead_scale \
+        == GRACE_HOST_OVERHEAD_SCALE == get_cluster("gb200-nvl72").with_nodes(2).host_overhead_scale
+    assert get_cluster("dgx-b200").host_overhead_scale == get_cluster("dgx-h100").host_overhead_scale == 1.0
+    job = parse_job({"model": {"name": "qwen3-30b-a3b", "layers": 2, "seq_len": 1024},
+                     "cluster": {"name": "gb200-nvl72", "gpus_per_node": 8},
+                     "strategy": {"ep": 8, "dp": 8, "global_batch": 16}})
+    cl, _, tree = job_tree(job)
+    grace = costed_program(tree, cl, job.simulation).program
+    x86 = costed_program(tree, replace(cl, host_overhead_scale=1.0), job.simulation).program
+    hosted = 0
+    for a, b in zip(grace.chunks, x86.chunks, strict=True):
+        for name in ("fwd", "bwd", "grad_sync"):
+            for sa, sb in zip(getattr(a, name), getattr(b, name), strict=True):
+                assert sa.duration_s == sb.duration_s
+                assert sa.host_s == pytest.approx(sb.host_s * GRACE_HOST_OVERHEAD_SCALE)
+                hosted += sb.host_s > 0
+    assert hosted > 0
+
+
+def test_router_fusion_needs_experts() -> None:
+    with pytest.raises(ConfigError, match="model.moe_router_fusion"):
+        trainsim.simulate({"model": {"name": "gpt3-125m", "moe_router_fusion": True}})
 
 
 def test_only_the_routed_experts_launch_per_expert() -> None:

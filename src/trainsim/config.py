@@ -145,6 +145,10 @@ class ModelSpec(_Strict):
         "CUTLASS grouped GEMM, torch._grouped_mm, Megatron's fused grouped MLP) or per_expert (Transformer Engine's "
         "GroupedLinear, Megatron-Core's TEGroupedMLP: one cuBLAS GEMM per local expert, each launch issued by the "
         "host)")
+    moe_router_fusion: bool | None = Field(
+        None, description="Megatron --moe-router-fusion: the router's score function, top-k and aux-loss statistics "
+        "in Transformer Engine's fused kernels (default true: 31 kernels a layer's forward, 72 unfused, per NVIDIA's "
+        "DeepSeek-V3 GB200 guide); each kernel is a launch the host issues unless a CUDA graph captures the router")
     first_dense_layers: int | None = Field(None, ge=0, le=MAX_LAYERS, description="a MoE model's first layers "
                                            "keep a dense MLP of model.ffn features (DeepSeek-V3's "
                                            "first_k_dense_replace, Megatron --moe-layer-freq [0]*k+[1]*n)")

@@ -25,6 +25,7 @@ from ..strategy.mesh import DeviceMesh
 from ..strategy.precision import low_precision_gemm, weighted_gemm
 from ..strategy.tree import FULL_ITERATION
 from ..workload.ir import Op, OpKind, OpValues
+from ..workload.zoo.transformer import dispatcher_kernels
 from .comm import CommModel, NcclComm, port_key, two_hop_dispatch
 from .compute import LOW_PRECISION_GEMM, ComputeModel
 from .offload import gather_group_system
@@ -132,8 +133,9 @@ class _CostCache:
     than building the key; the compute model reads a shape by dimension, so equal dicts cost the same)."""
 
     def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool,
-                 ops: OpValues | None = None) -> None:
+                 ops: OpValues | None = None, dispatcher: tuple[str, int] = ("alltoall", 2)) -> None:
         self.compute, self.device, self.dtype, self.enabled = compute, device, dtype, enabled
+        self.dispatcher = dispatcher  # (strategy.ep_dispatcher, ep): the MoE ops' bookkeeping kernels
         self._ops = ops if ops is not None else OpValues()
         self.op_ids = self._ops.ids  # op object id -> value id (annotate's loop reads it and `recent` itself)
         self.times: dict[tuple, tuple[float, float]] = {}  # (op value id, local items, phase) -> costs
@@ -157,6 +159,8 @@ class _CostCache:
         return hit
 
     def _price(self, op: Op, local: Mapping[str, float], phase: str) -> tuple[float, float]:
+        if op.side_kernels != (0, 0):  # the MoE router's and token dispatcher's, as the dispatcher launches them
+            op = dispatcher_kernels(op, *self.dispatcher)
         time_s = self.compute.op_time(op, local, "fwd" if phase == "recompute" else phase, self.device, self.dtype)
         return time_s, self.compute.host_time(op, phase, local)
 
@@ -308,10 +312,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     device = cluster.device
     dtype = program.precision.compute_dtype
     mesh = program.mesh
-    costs = _CostCache(compute, device, dtype, cache, program.op_values if cache else None)
+    dispatcher = (program.tree.ep_dispatcher, mesh.ep)
+    costs = _CostCache(compute, device, dtype, cache, program.op_values if cache else None, dispatcher)
     # an FP8 / NVFP4 recipe leaves the embedding's, the output layer's and the MoE router's GEMMs in BF16
     # (strategy.precision.low_precision_gemm): those are priced by a BF16 cache of their own
-    high = _CostCache(compute, device, "bf16", cache, program.op_values if cache else None) \
+    high = _CostCache(compute, device, "bf16", cache, program.op_values if cache else None, dispatcher) \
         if dtype in LOW_PRECISION_GEMM else None
     layer_kinds = {la.name: la.kind for la in program.tree.model.layers} if high is not None else {}
     tree, hyper = program.tree, program.tree.model.hyper
@@ -327,6 +332,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     # none of them (the graph's own launch, a few microseconds per captured region, is not charged); a full-iteration
     # graph captures the collectives too
     graphed = frozenset(tree.cuda_graphs)
+    host_scale = cluster.host_overhead_scale
     full_graph = FULL_ITERATION in graphed
     paired: float | None = None  # EP overlap's paired share (paired_share), found once
     host_of: dict[tuple[str, ...], float] = {}  # a collective's issue time by its axes
@@ -371,6 +377,8 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
                     s.host_s = collective_host(s.axes) if host is None else host
             if graphed and kind == "compute" and (full_graph or (s.op is not None and s.op.module in graphed)):
                 s.host_s = 0.0
+            elif host_scale != 1.0:  # the nodes' CPUs (Cluster.host_overhead_scale: Grace)
+                s.host_s *= host_scale
         # (a copied phase has its original's durations as these leave them)
         adjusted = [getattr(ch, phase) for phase in ("fwd", "bwd") if phase not in copied]
         if program.tree.tp_comm_overlap and mesh.tp > 1:

@@ -43,9 +43,15 @@ from .calibration import ComputeParams, load_calibration
 _ELEM_SCALE = {"fp32": 2.0, "tf32": 2.0}
 LOW_PRECISION_GEMM = frozenset({"fp8", "fp4"})
 """Compute dtypes in which only weighted GEMMs run at that precision (the rest of the step in BF16)."""
-CAST_BYTES_PER_ELEM = {"fp8": 4.0, "fp4": 2.0 + 2 * (0.5 + 1 / 16)}
-"""HBM bytes one element's fused cast moves: read 2 (BF16), write the row-wise and column-wise copies (FP8: 1 + 1;
-NVFP4: 0.5 + 1/16 each, a 4-bit value and an E4M3 scale per 16)."""
+NVFP4_READS = 4
+"""BF16 reads of a tensor NVIDIA's NVFP4 training recipe makes to quantise it (Transformer Engine's NVFP4BlockScaling;
+NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv:2509.25149): the row-wise copy needs the tensor's amax
+first (its two-level scaling's per-tensor FP32 scale), then the quantise; the column-wise copy the weight gradient
+reads is a 16x16 random Hadamard transform of the tensor, whose amax is again taken in a pass of its own before the
+transform-and-quantise pass."""
+CAST_BYTES_PER_ELEM = {"fp8": 4.0, "fp4": 2.0 * NVFP4_READS + 2 * (0.5 + 1 / 16)}
+"""HBM bytes one element's cast moves: read 2 (BF16) per pass, write the row-wise and column-wise copies (FP8: one fused
+cast-transpose pass, 1 + 1; NVFP4: NVFP4_READS passes, 0.5 + 1/16 each, a 4-bit value and an E4M3 scale per 16)."""
 # Megatron's softmax when its fused kernel cannot take the shape (FusedScaleMaskSoftmax.
 # forward_torch_softmax, softmax in fp32): cast to fp32, scale, masked_fill_, softmax, cast back.
 # HBM bytes per score element: 6 + 8 + 8 + 8 + 6 forward; backward runs the same five kernels
@@ -110,6 +116,14 @@ def _launches_per(op: Op, local: Mapping[str, float] | None) -> int:
         return 1
     sizes = local if local is not None else op.dims
     return max(1, int(round(sizes.get(op.launch_per, 1))))
+
+
+def _side_kernels(op: Op, phase: str) -> int:
+    """The op's bookkeeping kernels in a phase (Op.side_kernels): the forward's in a recompute, the backward's with
+    the input-gradient GEMM of a split backward."""
+    if phase in ("fwd", "recompute"):
+        return op.side_kernels[0]
+    return 0 if phase == "wgrad" else op.side_kernels[1]
 
 
 def _torch_softmax(op: Op, local: Mapping[str, float] | None) -> bool:
@@ -264,16 +278,21 @@ class RooflineCompute:
     def kernels(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> int:
         """CUDA kernels one op launches in a phase (a weighted op's backward is dgrad + wgrad; a GEMM launched per
         local expert, `op.launch_per`, as many of each; a softmax whose shape Megatron's fused kernel rejects runs
-        five PyTorch kernels; an op built as a PyTorch-eager chain launches `op.launches`)."""
+        five PyTorch kernels; an op built as a PyTorch-eager chain launches `op.launches`), plus its bookkeeping
+        kernels (`op.side_kernels`; a split backward counts them with its input-gradient GEMM)."""
+        side = _side_kernels(op, phase)
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
-            return (2 if phase == "bwd" else 1) * _launches_per(op, local)
+            return (2 if phase == "bwd" else 1) * _launches_per(op, local) + side
         if _torch_softmax(op, local):
-            return _UNFUSED_SOFTMAX["bwd" if phase == "bwd" else "fwd"][0]
-        return 1 if op.kind == OpKind.ATTENTION else op.launches
+            return _UNFUSED_SOFTMAX["bwd" if phase == "bwd" else "fwd"][0] + side
+        return (1 if op.kind == OpKind.ATTENTION else op.launches) + side
 
     def host_time(self, op: Op, phase: str, local: Mapping[str, float] | None = None) -> float:
-        """Framework (CPU) time to issue the op's kernels: bounds throughput when kernels are tiny."""
-        return self.kernels(op, phase, local) * self.params.host_overhead_s
+        """Framework (CPU) time to issue the op's kernels: bounds throughput when kernels are tiny. A framework
+        kernel costs `host_overhead_s` (a module's Python around it included); a bookkeeping kernel
+        (`op.side_kernels`) is one plain PyTorch call, `torch_op_host_s`."""
+        side = _side_kernels(op, phase)
+        return (self.kernels(op, phase, local) - side) * self.params.host_overhead_s + side * self.params.torch_op_host_s
 
     def memory_time(self, bytes_moved: float, device: Device) -> float:
         return bytes_moved / (device.hbm_gbps * 1e9 * self.params.hbm_efficiency) + self.params.kernel_overhead_s

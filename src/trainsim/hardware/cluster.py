@@ -77,9 +77,14 @@ class Cluster:
     nic_gbps: float
     description: str
     source: str
+    # the nodes' CPUs: framework (host) time per op relative to the x86 hosts the host overheads were measured on
+    # (cost.calibration host_overhead_s, torch_op_host_s): > 1 on Grace (GRACE_HOST_OVERHEAD_SCALE)
+    host_overhead_scale: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "levels", tuple(self.levels))
+        if not self.host_overhead_scale > 0:
+            raise ValueError(f"cluster '{self.name}': host_overhead_scale must be positive")
         if self.gpus_per_node < 1 or self.nodes < 1:
             raise ValueError(f"cluster '{self.name}': gpus_per_node and nodes must be >= 1")
         if not self.levels:
@@ -308,6 +313,12 @@ def dgx_b300(nodes: int = 1) -> Cluster:
     )
 
 
+GRACE_HOST_OVERHEAD_SCALE = 37.08 / 13.48
+"""How much longer a Grace CPU (Arm Neoverse V2: GH200, GB200, GB300) takes per framework op than a DGX's x86 host:
+torch.nn.Linear's forward costs 37.08 us of CPU time on a GB200 and 13.48 us on a DGX H100 (Xeon Platinum 8480C),
+NVIDIA/TransformerEngine issue #2053 (GH200: 33.17 us; Transformer Engine's Linear 99.66 us on GB200)."""
+
+
 def _nvl72(name: str, device: str, nodes: int, nic_gbps: float, nic: str, source: str) -> Cluster:
     """A rack of 72 GPUs in one NVLink5 switch domain (18 links x 50 GB/s = 900 GB/s per GPU per direction),
     one NIC per GPU to the next rack. A 'node' here is the NVLink domain (the rack), not a compute tray: GPUs in
@@ -324,8 +335,10 @@ def _nvl72(name: str, device: str, nodes: int, nic_gbps: float, nic: str, source
         nics_per_node=72,
         nic_gbps=nic_gbps,
         description=f"72x {device.upper()} GPUs per NVLink domain (NVLink5, 18 links x 50 GB/s = 900 GB/s per GPU "
-        f"per direction, 130 TB/s aggregate), one {nic} per GPU; InfiniBand across racks modelled as one switch.",
-        source=source,
+        f"per direction, 130 TB/s aggregate), one {nic} per GPU; InfiniBand across racks modelled as one switch; "
+        "Grace CPUs (framework time per op x2.75 an x86 host's).",
+        source=f"{source} Host: Grace (Neoverse V2), GRACE_HOST_OVERHEAD_SCALE.",
+        host_overhead_scale=GRACE_HOST_OVERHEAD_SCALE,
     )
 
 

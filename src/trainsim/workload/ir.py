@@ -80,6 +80,10 @@ class Op:
     # chunked scan, mamba_ssm's Triton kernels)
     kernel: str = "flash"
     launches: int = 1  # kernels one phase of a non-GEMM op launches (> 1: an unfused PyTorch-eager chain)
+    # small bookkeeping kernels the op launches beside its main work, (forward, backward): Megatron-Core's MoE
+    # router past its gating GEMM (score function, top-k, aux-loss statistics) and its token dispatcher's counts,
+    # splits, device-to-host copies and permutation maps. Each costs a launch (host) and a kernel gap (GPU)
+    side_kernels: tuple[int, int] = (0, 0)
     traffic: float = 1.0  # HBM bytes its kernels move / (inputs read + output written once): > 1 for such chains
     # producer of each input: None = the previous op, an op name, or "@skip" (residual path)
     input_from: tuple[str | None, ...] = ()

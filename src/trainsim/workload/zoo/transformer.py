@@ -45,7 +45,7 @@ FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "ke
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
             "sliding_window", "window_layers", "attention_sinks", "mtp_layers", "layer_pattern", "mamba_heads",
             "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk", "moe_latent", "moe_imbalance",
-            "moe_capacity_factor", "moe_pad_to_capacity", "expert_gemm")
+            "moe_capacity_factor", "moe_pad_to_capacity", "expert_gemm", "moe_router_fusion")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -94,6 +94,7 @@ class TransformerConfig:
     moe_capacity_factor: float = 0.0
     moe_pad_to_capacity: bool = False
     expert_gemm: str = "grouped"  # EXPERT_GEMMS: one grouped kernel, or one launch per local expert
+    moe_router_fusion: bool = True  # Megatron --moe-router-fusion: the router's kernels (MOE_ROUTER_KERNELS)
     max_positions: int | None = None
     description: str = ""
     # Finer-grained features (imported Hugging Face configs); the defaults reproduce the built-in zoo.
@@ -411,6 +412,8 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
     tok = {"b": b, "s": s, "h": h}
     ex = {"e": e, "c": c, "h": h}
     per = "e" if cfg.expert_gemm == "per_expert" else ""
+    router = MOE_ROUTER_KERNELS[cfg.moe_router_fusion]
+    dispatch, combine = MOE_TOKEN_KERNELS["alltoall"]["dispatch"], MOE_TOKEN_KERNELS["alltoall"]["combine"]
     hid = {"b": b, "s": s, "h": cfg.hidden}
     latent_down = [Op("latent_down", OpKind.MATMUL, {**hid, "l": h}, (("b", "s", "h"),), ("b", "s", "l"),
                       weight=("l", "h"))] if cfg.moe_latent else []  # its input: the router's, which keeps it
@@ -418,10 +421,12 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
                     weight=("h", "l"), saved=(SavedTensor("input", ("b", "s", "l")),))] if cfg.moe_latent else []
     return [
         Op("router", OpKind.MATMUL, {**hid, "e": e}, (("b", "s", "h"),), ("b", "s", "e"),
-           weight=("e", "h"), saved=(SavedTensor("input", ("b", "s", "h")),)),
+           weight=("e", "h"), saved=(SavedTensor("input", ("b", "s", "h")),),
+           side_kernels=(router[0] - 1, router[1] - 2)),
         *latent_down,
         Op("dispatch", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("b", "s", "h"),), ("e", "c", "h"),
-           flops_per_point=0.0, saved=(SavedTensor("routing", ("b", "s", "e"), 4.0),)),
+           flops_per_point=0.0, saved=(SavedTensor("routing", ("b", "s", "e"), 4.0),),
+           side_kernels=(dispatch[0] - 1, dispatch[1] - 1)),
         Op("expert_fc1", OpKind.MATMUL, {**ex, "f2": f2}, (("e", "c", "h"),), ("e", "c", "f2"),
            weight=("e", "f2", "h"), saved=(SavedTensor("input", ("e", "c", "h")),), useful=useful, launch_per=per),
         Op("expert_act", OpKind.ELEMENTWISE, {"e": e, "c": c, "f": f, "f2": f2}, (("e", "c", "f2"),),
@@ -430,7 +435,7 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
         Op("expert_fc2", OpKind.MATMUL, {**ex, "f": f}, (("e", "c", "f"),), ("e", "c", "h"),
            weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),), useful=useful, launch_per=per),
         Op("combine", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("e", "c", "h"),), ("b", "s", "h"),
-           flops_per_point=0.0),
+           flops_per_point=0.0, side_kernels=(combine[0] - 1, combine[1] - 1)),
         *latent_up,
         *_shared_expert_ops(cfg, b, s),
     ]
@@ -497,6 +502,49 @@ def _mamba2_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
         Op("out_proj", OpKind.MATMUL, {**tok, "md": di, "h": h}, (("b", "s", "md"),), ("b", "s", "h"),
            weight=("h", "md"), saved=(SavedTensor("input", ("b", "s", "md")),)),
     ]
+
+
+MOE_ROUTER_KERNELS = {True: (31, 10), False: (72, 23)}
+"""CUDA kernels Megatron-Core's MoE router launches per layer, its gating GEMM included, (forward, backward), with and
+without --moe-router-fusion (model.moe_router_fusion). Forward: NVIDIA's DeepSeek-V3 on GB200 guide (Megatron-LM
+docs/discussions/deepseek-v3-gb200-optimization, sec. 2.1.4: score function, top-k and aux-loss statistics, 72 kernels
+fused to 31 by Transformer Engine's router kernels). Backward: an estimate, as the guide counts the forward only: the
+GEMM's two, the fused top-k, aux-loss score and aux-loss backward kernels and the elementwise chain between them (10);
+unfused, the same share of its forward (23)."""
+
+MOE_TOKEN_KERNELS = {
+    "alltoall": {"dispatch": (12, 2), "combine": (11, 3)},
+    "local": {"dispatch": (6, 1), "combine": (6, 3)},
+    "deepep": {"dispatch": (4, 1), "combine": (3, 2)},
+}
+"""CUDA kernels of Megatron-Core's token dispatcher per MoE layer, (forward, backward), the all-to-alls aside (priced as
+collectives), read from its code path (megatron/core/transformer/moe/token_dispatcher.py, dropless, permute fusion on).
+`alltoall` (MoEAlltoAllTokenDispatcher, EP > 1): dispatch = the preprocess's token counts and splits (sum, cast, the
+split sums, the counts' all-gather over the EP group, a slice and three more sums: 8) and the fused permute (its
+row-id map, 3, and the permute, 1); combine = the device-to-host copies of the counts and splits (5), the probs'
+all-to-all, the chunk sort by local expert after the dispatch (2), the unsort before the combine (2) and the fused
+unpermute. `local` (the same dispatcher without EP): no splits, no all-gather, one copy. `deepep` (flex dispatcher,
+DeepEP / HybridEP): the guide above counts 17 kernels for router and preprocess together, as DeepEP's fused preprocess
+kernel replaces the counts, splits and global permute: 13 router (18 fewer) and 4 dispatch here, the rest (a copy,
+the permute after the dispatch and the unpermute) on the combine. The dispatch's kernels are what
+--cuda-graph-scope moe_preprocess captures; the combine's (dynamic shapes: the copies, sorts and all-to-alls of a
+dropless dispatch) stay eager."""
+
+DEEPEP_ROUTER_SAVED = 18
+"""Router kernels the flex dispatcher's fused preprocess takes over (31 + 4 -> 17 in the guide above)."""
+
+
+def dispatcher_kernels(op: Op, dispatcher: str, ep: int) -> Op:
+    """The op with the bookkeeping kernels its token dispatcher launches (the model is built for Megatron-Core's
+    all-to-all dispatcher with EP): fewer without EP, DeepEP's counts under the flex dispatcher."""
+    key = "deepep" if dispatcher == "deepep" else "alltoall" if ep > 1 else "local"
+    if key == "alltoall" or op.name not in ("router", "dispatch", "combine"):
+        return op
+    if op.name == "router":
+        fwd = op.side_kernels[0] - DEEPEP_ROUTER_SAVED if key == "deepep" else op.side_kernels[0]
+        return replace(op, side_kernels=(max(0, fwd), op.side_kernels[1]))
+    fwd, bwd = MOE_TOKEN_KERNELS[key][op.name]
+    return replace(op, side_kernels=(fwd - 1, bwd - 1))
 
 
 MOE_MODULES = {"ln2": "moe_router", "router": "moe_router", "latent_down": "moe_router", "shared_fc1": "moe_router",
