@@ -602,6 +602,29 @@ def test_a_row_with_the_recipes_default_layout_and_recompute_maps() -> None:
     assert isinstance(unknown, str) and "no default layout for pp 2, vpp 8" in unknown
 
 
+def test_a_bridge_row_naming_no_layout_gets_the_recipes_default() -> None:
+    """deepseek_v3_pretrain_config(layout=None) sets its layout_map's layout for the (pp, vpp): a Megatron-Bridge row
+    that names no layout runs it (pp 16: 4 layers a stage, the last one's MTP and loss beside one layer); a (pp, vpp)
+    the map lacks, and a framework other than Megatron-Bridge, keep the even split."""
+    cells = {"model_name": "DeepSeek-V3 (671B-A37B)", "arch": "MoE (MLA)", "n_layers": "61", "hidden": "7168",
+             "n_heads": "128", "n_kv_heads": "128", "ffn_hidden": "18432", "seq_len": "4096", "vocab": "129280",
+             "head_dim": "128", "moe_ffn_hidden": "2048", "n_experts": "256", "n_shared_experts": "1", "top_k": "8",
+             "first_k_dense": "3", "moe_layer_freq": "[0]*3+[1]*58", "attention": "MLA (qk_nope=128, qk_rope=64, "
+             "v_head=128; no GQA)", "kv_lora_rank": "512", "q_lora_rank": "1536", "gpu": "B200 (DGX-B200)",
+             "n_gpus": "256", "dp": "16", "tp": "1", "pp": "16", "vpp": "", "cp": "1", "ep": "8", "micro_batch": "1",
+             "global_batch": "4096", "precision": "BF16", "iter_time_s": "", "tokens_per_s_per_gpu": "2790",
+             "framework": "Megatron-Bridge / Megatron-Core (NeMo container)",
+             "other_settings": "grad_accum=256; MTP: recipe default mtp_num_layers=1 (not stated in table)"}
+    rj = tr.row_job(training_row(**cells))
+    assert not isinstance(rj, str), rj
+    assert rj.job["strategy"]["stage_layers"] == [4] * 15 + [1]
+    assert "Et*4|(t*4|)*14tmL" in rj.assumptions["pp_layout"]
+    for other in ({"pp": "2", "vpp": "4", "dp": "128"}, {"framework": "NeMo AutoModel (PyTorch FSDP2 + EP)"}):
+        rj = tr.row_job(training_row(**{**cells, **other}))
+        assert not isinstance(rj, str), rj
+        assert "stage_layers" not in rj.job["strategy"] and "pp_layout" not in rj.assumptions
+
+
 def _hf_model_of(data: dict[str, Any], seq: int) -> Any:
     import json
     import tempfile

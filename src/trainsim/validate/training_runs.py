@@ -1187,6 +1187,19 @@ def _row_job(row: dict[str, str]) -> RowJob:
         except ValueError as exc:
             raise RowSkip(SETTING, f"uneven pipeline layout (pp_layout:set_layout(cfg.model)): {exc}") from None
         notes["pp_layout"] = "the recipe's default layout for its pp and vpp (Megatron-Bridge's layout_map)"
+    elif (pp > 1 and settings.layout is None and not settings.stages and not settings.accounted
+          and "megatron-bridge" in _cell(row, "framework").lower()):
+        # a Megatron-Bridge recipe that names no layout still sets one where its model has a layout map for the
+        # (pp, vpp) (DeepSeek-V3: deepseek_v3_pretrain_config(layout=None) calls
+        # set_deepseek_v3_pipeline_model_parallel_layout, "predefined layouts" unless one is given)
+        try:
+            default = recipe_layout(row, pp, vpp, int(model.get("mtp_layers", 0)))
+        except ValueError:
+            default = None
+        if default is not None:
+            settings.layout = _expand_layout(default.lower())
+            notes["pp_layout"] = (f"not stated: {default}, the recipe's default layout for pp {pp}, vpp {vpp} "
+                                  "(Megatron-Bridge's layout_map, applied when the recipe names none)")
     if settings.layout is not None:
         if "m" in settings.layout and not model.get("mtp_layers"):
             model["mtp_layers"] = settings.layout.count("m")
