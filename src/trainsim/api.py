@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,13 @@ def _check_gpus(nodes: int, gpus_per_node: int, job: JobConfig) -> None:
 
 
 def _cluster(job: JobConfig) -> Cluster:
+    """The job's cluster: its preset or topology, resized and customised, on hosts as fast as it says."""
+    cl = _sized_cluster(job)
+    scale = job.cluster.host_overhead_scale
+    return cl if scale is None else replace(cl, host_overhead_scale=scale)
+
+
+def _sized_cluster(job: JobConfig) -> Cluster:
     s = job.strategy
     nodes = job.cluster.nodes
     if job.cluster.topology is not None:

@@ -65,6 +65,8 @@ def simulate(
     intra_node_gbps: Annotated[float | None, Opt(help="NVLink GB/s per GPU per direction")] = None,
     nics_per_node: Annotated[int | None, Opt(help="network NICs per node")] = None,
     nic_gbps: Annotated[float | None, Opt(help="GB/s per NIC per direction (400 Gb/s = 50)")] = None,
+    host_overhead_scale: Annotated[float | None, Opt(help="host (CPU) time per framework op against an x86 DGX "
+                                                   "host's (a Grace host measured 2.75)")] = None,
     topology: Annotated[str | None, Opt(help="interconnect in ASTRA-sim notation, e.g. 'Switch(8)_Switch(16)', "
                                         "or a preset (trainsim collective --help); last dimension = network")] = None,
     bandwidth: Annotated[str | None, Opt(help="with --topology: GB/s per NPU per dimension, e.g. 300,25")] = None,
@@ -226,6 +228,7 @@ def simulate(
                   if lora_targets is not None else None, "lora_base": lora_base},
         "cluster": {"name": cluster, "nodes": nodes, "gpu": gpu, "gpus_per_node": gpus_per_node,
                     "intra_node_gbps": intra_node_gbps, "nics_per_node": nics_per_node, "nic_gbps": nic_gbps,
+                    "host_overhead_scale": host_overhead_scale,
                     "topology": topology, "bandwidth_gbps": _floats(bandwidth, "--bandwidth"),
                     "latency_ns": _floats(latency, "--latency"),
                     "remote_memory": {"pool": "astra", "config": str(remote_memory)}

@@ -244,6 +244,10 @@ class ClusterSpec(_Strict):
     remote_memory: RemoteMemorySpec | None = Field(
         None, description="the memory pool behind strategy.offload remote (default: ASTRA-sim's HierMem baseline, "
         "TABLE V)")
+    host_overhead_scale: float | None = Field(
+        None, ge=0.05, le=20.0, description="the nodes' CPUs: framework (host) time per op against the x86 DGX hosts "
+        "the host overheads were measured on (default 1; a Grace host took 2.75x per op in TransformerEngine issue "
+        "#2053's microbenchmark: hardware.cluster.GRACE_HOST_OVERHEAD_SCALE)")
 
     @model_validator(mode="after")
     def _topology_keys(self) -> ClusterSpec:
