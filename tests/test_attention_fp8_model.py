@@ -218,8 +218,9 @@ def test_low_precision_recipes_keep_the_output_layer_and_the_router_in_bf16(dtyp
     """FP8 and NVFP4 recipes run the blocks' linears (the experts included) at the low-precision rate with their
     casts, but the output layer and the MoE router in BF16, as Megatron (a plain output layer and TopKRouter),
     torchao (output projection skipped) and DeepSeek-V3 (gating in higher precision) do: those steps cost exactly
-    what they cost in a BF16 job."""
-    job = {"model": {"name": "custom", "layers": 2, "hidden": 1024, "heads": 8, "seq_len": 2048, "vocab": 32768,
+    what they cost in a BF16 job. (A hidden size of 4096: at 1024 NVFP4's four-pass casts outweigh its faster
+    GEMMs in the backward, test_nvfp4_needs_wide_gemms_to_pay.)"""
+    job = {"model": {"name": "custom", "layers": 2, "hidden": 4096, "heads": 32, "seq_len": 2048, "vocab": 32768,
                      "experts": 8, "top_k": 2, "norm": "rmsnorm", "mlp": "swiglu", "position": "rope"},
            "cluster": {"name": "dgx-b200", "nodes": 1}, "strategy": {"dp": 8, "global_batch": 8}}
     bf16 = _gemm_steps({**job, "simulation": {"dtype": "bf16"}})
@@ -232,3 +233,19 @@ def test_low_precision_recipes_keep_the_output_layer_and_the_router_in_bf16(dtyp
             assert low[k] == bf16[k], k
         elif "expert_fc1" in k or ".qkv." in k or ".fc1." in k:
             assert low[k] < bf16[k], k
+
+
+def test_nvfp4_needs_wide_gemms_to_pay() -> None:
+    """NVFP4's casts read each tensor four times (amax, quantise, Hadamard amax, Hadamard quantise: 9.125 bytes an
+    element) while its GEMM work per element of a cast tensor grows with the reduction width: a narrow expert's
+    backward runs slower than in BF16, a wide one's faster (B200: the crossover near hidden 2048)."""
+    def expert_bwd(hidden: int, dtype: str) -> float:
+        job = {"model": {"name": "custom", "layers": 1, "hidden": hidden, "heads": 8, "seq_len": 2048,
+                         "vocab": 32768, "experts": 8, "top_k": 2, "norm": "rmsnorm", "mlp": "swiglu"},
+               "cluster": {"name": "dgx-b200", "nodes": 1}, "strategy": {"dp": 8, "global_batch": 8},
+               "simulation": {"dtype": dtype}}
+        steps = _gemm_steps(job)
+        return sum(v for k, v in steps.items() if ".expert_fc1.bwd" in k)
+
+    assert expert_bwd(1024, "fp4") > expert_bwd(1024, "bf16")
+    assert expert_bwd(8192, "fp4") < expert_bwd(8192, "bf16")

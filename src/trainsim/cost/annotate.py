@@ -377,7 +377,7 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
                     s.host_s = collective_host(s.axes) if host is None else host
             if graphed and kind == "compute" and (full_graph or (s.op is not None and s.op.module in graphed)):
                 s.host_s = 0.0
-            elif host_scale != 1.0:  # the nodes' CPUs (Cluster.host_overhead_scale: Grace)
+            elif host_scale != 1.0:  # the nodes' CPUs (cluster.host_overhead_scale)
                 s.host_s *= host_scale
         # (a copied phase has its original's durations as these leave them)
         adjusted = [getattr(ch, phase) for phase in ("fwd", "bwd") if phase not in copied]

@@ -118,6 +118,18 @@ def _launches_per(op: Op, local: Mapping[str, float] | None) -> int:
     return max(1, int(round(sizes.get(op.launch_per, 1))))
 
 
+LOW_PRECISION_BYTES = {"fp8": 1.0, "fp4": 0.5 + 1 / 16}
+"""Bytes per element of a low-precision GEMM's operands as its kernel reads them (FP8: 1; NVFP4: a 4-bit value and
+an E4M3 scale per 16); the output is written in BF16."""
+
+
+def _low_precision_gemm_bytes(op: Op, local: Mapping[str, float], dtype: str) -> float:
+    """HBM bytes of a low-precision weighted GEMM's forward: its quantised input and weight, its BF16 output (the
+    backward, dgrad and wgrad, moves twice that, as the BF16 one does)."""
+    operands = sum(math.prod(local[d] for d in t) for t in op.inputs) + math.prod(local[d] for d in op.weight or ())
+    return operands * LOW_PRECISION_BYTES[dtype] + math.prod(local[d] for d in op.output) * op.bytes_per_elem
+
+
 def _side_kernels(op: Op, phase: str) -> int:
     """The op's bookkeeping kernels in a phase (Op.side_kernels): the forward's in a recompute, the backward's with
     the input-gradient GEMM of a split backward."""
@@ -199,10 +211,12 @@ class RooflineCompute:
         """The GEMM / convolution kernel(s) of a phase alone (no launch gap, no FP8 casts)."""
         bwd = phase == "bwd"
         flops = op.bwd_flops(local) if bwd else op.fwd_flops(local)
-        bytes_ = (op.bwd_bytes(local) if bwd else op.fwd_bytes(local))
+        if dtype in LOW_PRECISION_BYTES and op.kind == OpKind.MATMUL and op.weight is not None:
+            bytes_ = _low_precision_gemm_bytes(op, local, dtype) * (1.0 if phase == "fwd" else 2.0)
+        else:
+            bytes_ = (op.bwd_bytes(local) if bwd else op.fwd_bytes(local)) * _ELEM_SCALE.get(dtype, 1.0)
         if phase in ("dgrad", "wgrad"):  # one of the two backward GEMMs of a weighted op
-            flops, bytes_ = op.bwd_flops(local) / 2, op.bwd_bytes(local) / 2
-        bytes_ *= _ELEM_SCALE.get(dtype, 1.0)
+            flops, bytes_ = op.bwd_flops(local) / 2, bytes_ / 2
         m, n, k, b = self._mnk(op, local)
         eff = self.gemm_efficiency(m, n, k, b, device, dtype)
         hbm = device.hbm_gbps * 1e9 * self.params.hbm_efficiency
