@@ -531,7 +531,8 @@ the permute after the dispatch and the unpermute) on the combine. The dispatch's
 dropless dispatch) stay eager."""
 
 DEEPEP_ROUTER_SAVED = 18
-"""Router kernels the flex dispatcher's fused preprocess takes over (31 + 4 -> 17 in the guide above)."""
+"""Router kernels the flex dispatcher's fused preprocess takes over: the guide's 17 for router and preprocess together,
+less the dispatch's 4 here, leave the fused router 13 of its 31."""
 
 
 def dispatcher_kernels(op: Op, dispatcher: str, ep: int) -> Op:
@@ -541,8 +542,9 @@ def dispatcher_kernels(op: Op, dispatcher: str, ep: int) -> Op:
     if key == "alltoall" or op.name not in ("router", "dispatch", "combine"):
         return op
     if op.name == "router":
-        fwd = op.side_kernels[0] - DEEPEP_ROUTER_SAVED if key == "deepep" else op.side_kernels[0]
-        return replace(op, side_kernels=(max(0, fwd), op.side_kernels[1]))
+        if key != "deepep":
+            return op
+        return replace(op, side_kernels=(max(0, op.side_kernels[0] - DEEPEP_ROUTER_SAVED), op.side_kernels[1]))
     fwd, bwd = MOE_TOKEN_KERNELS[key][op.name]
     return replace(op, side_kernels=(fwd - 1, bwd - 1))
 
