@@ -579,14 +579,19 @@ def test_base_recipe_recompute_reads_the_recipe_version_the_row_ran() -> None:
     assert recipe_recompute({"notes": "recipe: x.py::some_other_config", "other_settings": graphed}) is None
 
 
+DEEPSEEK_V3_CELLS = {
+    "model_name": "DeepSeek-V3 (671B-A37B)", "arch": "MoE (MLA)", "n_layers": "61", "hidden": "7168", "n_heads": "128",
+    "n_kv_heads": "128", "ffn_hidden": "18432", "seq_len": "4096", "vocab": "129280", "head_dim": "128",
+    "moe_ffn_hidden": "2048", "n_experts": "256", "n_shared_experts": "1", "top_k": "8", "first_k_dense": "3",
+    "moe_layer_freq": "[0]*3+[1]*58", "attention": "MLA (qk_nope=128, qk_rope=64, v_head=128; no GQA)",
+    "kv_lora_rank": "512", "q_lora_rank": "1536"}
+"""A moe_runs.csv DeepSeek-V3 row's architecture cells, as the file states them."""
+
+
 def test_a_row_with_the_recipes_default_layout_and_recompute_maps() -> None:
     """moe_runs.csv's DeepSeek-V3 rows that leave the layout to set_layout(cfg.model) and the recompute to the
     base recipe: both read from Megatron-Bridge's source, the rest of the row as stated."""
-    cells = {"model_name": "DeepSeek-V3 (671B-A37B)", "arch": "MoE (MLA)", "n_layers": "61", "hidden": "7168",
-             "n_heads": "128", "n_kv_heads": "128", "ffn_hidden": "18432", "seq_len": "4096", "vocab": "129280",
-             "head_dim": "128", "moe_ffn_hidden": "2048", "n_experts": "256", "n_shared_experts": "1", "top_k": "8",
-             "first_k_dense": "3", "moe_layer_freq": "[0]*3+[1]*58", "attention": "MLA (qk_nope=128, qk_rope=64, "
-             "v_head=128; no GQA)", "kv_lora_rank": "512", "q_lora_rank": "1536", "gpu": "GB200 (DGX GB200 NVL72)",
+    cells = {**DEEPSEEK_V3_CELLS, "gpu": "GB200 (DGX GB200 NVL72)",
              "n_gpus": "256", "dp": "64", "tp": "1", "pp": "4", "vpp": "4", "cp": "1", "ep": "64", "micro_batch": "1",
              "global_batch": "4096", "precision": "BF16", "iter_time_s": "", "tokens_per_s_per_gpu": "4912",
              "recompute": "selective (modules = base-recipe default, not resolved by extractor)",
@@ -606,11 +611,7 @@ def test_a_bridge_row_naming_no_layout_gets_the_recipes_default() -> None:
     """deepseek_v3_pretrain_config(layout=None) sets its layout_map's layout for the (pp, vpp): a Megatron-Bridge row
     that names no layout runs it (pp 16: 4 layers a stage, the last one's MTP and loss beside one layer); a (pp, vpp)
     the map lacks, and a framework other than Megatron-Bridge, keep the even split."""
-    cells = {"model_name": "DeepSeek-V3 (671B-A37B)", "arch": "MoE (MLA)", "n_layers": "61", "hidden": "7168",
-             "n_heads": "128", "n_kv_heads": "128", "ffn_hidden": "18432", "seq_len": "4096", "vocab": "129280",
-             "head_dim": "128", "moe_ffn_hidden": "2048", "n_experts": "256", "n_shared_experts": "1", "top_k": "8",
-             "first_k_dense": "3", "moe_layer_freq": "[0]*3+[1]*58", "attention": "MLA (qk_nope=128, qk_rope=64, "
-             "v_head=128; no GQA)", "kv_lora_rank": "512", "q_lora_rank": "1536", "gpu": "B200 (DGX-B200)",
+    cells = {**DEEPSEEK_V3_CELLS, "gpu": "B200 (DGX-B200)",
              "n_gpus": "256", "dp": "16", "tp": "1", "pp": "16", "vpp": "", "cp": "1", "ep": "8", "micro_batch": "1",
              "global_batch": "4096", "precision": "BF16", "iter_time_s": "", "tokens_per_s_per_gpu": "2790",
              "framework": "Megatron-Bridge / Megatron-Core (NeMo container)",

@@ -133,7 +133,7 @@ class _CostCache:
     than building the key; the compute model reads a shape by dimension, so equal dicts cost the same)."""
 
     def __init__(self, compute: ComputeModel, device: Device, dtype: str, enabled: bool,
-                 ops: OpValues | None = None, dispatcher: tuple[str, int] = ("alltoall", 2)) -> None:
+                 ops: OpValues | None, dispatcher: tuple[str, int]) -> None:
         self.compute, self.device, self.dtype, self.enabled = compute, device, dtype, enabled
         self.dispatcher = dispatcher  # (strategy.ep_dispatcher, ep): the MoE ops' bookkeeping kernels
         self._ops = ops if ops is not None else OpValues()
