@@ -142,10 +142,14 @@ def test_router_fusion_needs_experts() -> None:
 
 
 def test_only_the_routed_experts_launch_per_expert() -> None:
+    """The routed experts' GEMMs, and the eager chain that adds their output bias (the custom model has biases),
+    launch per local expert; nothing else does, and a grouped expert MLP has neither."""
     per, grouped = _ops(expert_gemm="per_expert", shared_expert_ffn=512), _ops(shared_expert_ffn=512)
     for name, op in per.items():
-        assert op.launch_per == ("e" if name in ("expert_fc1", "expert_fc2") else "")
-        assert grouped[name].launch_per == ""
+        assert op.launch_per == ("e" if name in ("expert_fc1", "expert_fc2", "expert_bias") else "")
+        if name != "expert_bias":
+            assert grouped[name].launch_per == ""
+    assert "expert_bias" in per and "expert_bias" not in grouped
 
 
 def test_ops_carry_the_module_a_cuda_graph_scope_captures() -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..workload.ir import Op
 
-_MOE_OPS = ("router", "dispatch", "expert_fc1", "expert_act", "expert_fc2", "combine")
+_MOE_OPS = ("router", "dispatch", "expert_fc1", "expert_act", "expert_fc2", "expert_bias", "combine")
 _SHARED = ("shared_fc1", "shared_act", "shared_fc2")
 
 # module -> (ops re-run, (consumer op, saved tensor) dropped beside the re-run ops' own)

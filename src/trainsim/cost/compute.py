@@ -130,12 +130,14 @@ def _low_precision_gemm_bytes(op: Op, local: Mapping[str, float], dtype: str) ->
     return operands * LOW_PRECISION_BYTES[dtype] + math.prod(local[d] for d in op.output) * op.bytes_per_elem
 
 
-def _side_kernels(op: Op, phase: str) -> int:
+def _side_kernels(op: Op, phase: str, local: Mapping[str, float] | None = None) -> int:
     """The op's bookkeeping kernels in a phase (Op.side_kernels): the forward's in a recompute, the backward's with
-    the input-gradient GEMM of a split backward."""
+    the input-gradient GEMM of a split backward; once per local index of `op.launch_per` (a per-expert chain)."""
     if phase in ("fwd", "recompute"):
-        return op.side_kernels[0]
-    return 0 if phase == "wgrad" else op.side_kernels[1]
+        count = op.side_kernels[0]
+    else:
+        count = 0 if phase == "wgrad" else op.side_kernels[1]
+    return count * _launches_per(op, local) if count else 0
 
 
 def _torch_softmax(op: Op, local: Mapping[str, float] | None) -> bool:
@@ -294,7 +296,7 @@ class RooflineCompute:
         local expert, `op.launch_per`, as many of each; a softmax whose shape Megatron's fused kernel rejects runs
         five PyTorch kernels; an op built as a PyTorch-eager chain launches `op.launches`), plus its bookkeeping
         kernels (`op.side_kernels`; a split backward counts them with its input-gradient GEMM)."""
-        side = _side_kernels(op, phase)
+        side = _side_kernels(op, phase, local)
         if op.kind in (OpKind.MATMUL, OpKind.CONV, OpKind.BMM):
             return (2 if phase == "bwd" else 1) * _launches_per(op, local) + side
         if _torch_softmax(op, local):
@@ -305,7 +307,7 @@ class RooflineCompute:
         """Framework (CPU) time to issue the op's kernels: bounds throughput when kernels are tiny. A framework
         kernel costs `host_overhead_s` (a module's Python around it included); a bookkeeping kernel
         (`op.side_kernels`) is one plain PyTorch call, `torch_op_host_s`."""
-        side = _side_kernels(op, phase)
+        side = _side_kernels(op, phase, local)
         return (self.kernels(op, phase, local) - side) * self.params.host_overhead_s + side * self.params.torch_op_host_s
 
     def memory_time(self, bytes_moved: float, device: Device) -> float:

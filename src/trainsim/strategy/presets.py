@@ -30,7 +30,7 @@ SP_OPS = frozenset({"ln1", "ln2", "attn_residual", "mlp_residual", "final_norm",
                     "combine", "mtp_enorm", "mtp_hnorm", "mtp_concat", "mtp_final_norm"})
 SP_SAVED = (("qkv", "input"), ("q_down", "input"), ("q_proj", "input"), ("fc1", "input"), ("router", "input"),
             ("lm_head", "input"), ("in_proj", "input"))
-EXPERT_OPS = frozenset({"expert_fc1", "expert_act", "expert_fc2"})
+EXPERT_OPS = frozenset({"expert_fc1", "expert_act", "expert_fc2", "expert_bias"})
 
 
 @dataclass(frozen=True)

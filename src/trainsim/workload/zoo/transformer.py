@@ -434,11 +434,24 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
            saved=(SavedTensor("input", ("e", "c", "f2")),)),
         Op("expert_fc2", OpKind.MATMUL, {**ex, "f": f}, (("e", "c", "f"),), ("e", "c", "h"),
            weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),), useful=useful, launch_per=per),
+        *_expert_bias_ops(cfg, ex),
         Op("combine", OpKind.ROUTER, {**tok, "e": e, "c": c}, (("e", "c", "h"),), ("b", "s", "h"),
            flops_per_point=0.0, side_kernels=(combine[0] - 1, combine[1] - 1)),
         *latent_up,
         *_shared_expert_ops(cfg, b, s),
     ]
+
+
+def _expert_bias_ops(cfg: TransformerConfig, ex: dict[str, int]) -> list[Op]:
+    """The eager per-expert chain that adds biased experts' output bias (EXPERT_BIAS_KERNELS), where the experts'
+    GEMMs run one per local expert; none for bias-free experts or a fused grouped expert MLP. Its FP32 sums and their
+    concatenation live only while it runs (transient, 8 bytes an element)."""
+    if not (cfg.has_mlp_bias and cfg.expert_gemm == "per_expert"):
+        return []
+    own, per_expert = EXPERT_BIAS_KERNELS
+    return [Op("expert_bias", OpKind.ELEMENTWISE, ex, (("e", "c", "h"),), ("e", "c", "h"), flops_per_point=2.0,
+               traffic=EXPERT_BIAS_TRAFFIC, launches=own, side_kernels=per_expert, launch_per="e",
+               transient=(SavedTensor("fp32_sums", ("e", "c", "h"), 8.0),))]
 
 
 def _expert_load(cfg: TransformerConfig) -> float:
@@ -511,6 +524,20 @@ docs/discussions/deepseek-v3-gb200-optimization, sec. 2.1.4: score function, top
 fused to 31 by Transformer Engine's router kernels). Backward: an estimate, as the guide counts the forward only: the
 GEMM's two, the fused top-k, aux-loss score and aux-loss backward kernels and the elementwise chain between them (10);
 unfused, the same share of its forward (23)."""
+
+EXPERT_BIAS_TRAFFIC = 68.0 / 12.0
+EXPERT_BIAS_KERNELS = (2, (2, 6))
+"""The routed experts' output bias where the expert MLP is not one fused kernel (model.bias with expert_gemm
+per_expert): Megatron-Core's TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py; NeMo AutoModel's
+experts.py has the same function) adds each local expert's bias scaled by the FP32 routing probabilities in eager
+PyTorch: per expert `t + b * p` on its slice, then one cat and one cast back to BF16. Bytes per element of the
+[tokens, hidden] output: forward b * p writes 4, the add reads 2 + 4 and writes 4, the cat reads and writes 4, the cast
+reads 4 and writes 2 (28); backward the cast's 6, the BF16 gradient of each slice 6, the two products for the bias
+and probability gradients (8 each) and their sums (4 each), the split's cat 4 (40). Against a fused element-wise op's
+4 and 8 bytes, one factor over both phases: EXPERT_BIAS_TRAFFIC. Kernels: the cat and the cast a phase (the op's own),
+and per local expert 2 forward (mul, add) and 6 backward (the slice's cast, two products, two sums, the bias
+gradient's cast), each a plain PyTorch call (Op.side_kernels, per local expert). Megatron's fused grouped MLP (the
+Transformer Engine op fuser) adds the bias inside its GEMMs instead."""
 
 MOE_TOKEN_KERNELS = {
     "alltoall": {"dispatch": (12, 2), "combine": (11, 3)},
