@@ -21,7 +21,7 @@ from trainsim.hardware.devices import get_device
 from trainsim.strategy.tree import CUDA_GRAPH_MODULES, cuda_graph_scope
 from trainsim.validate.training_runs import _settings, row_job
 from trainsim.workload.zoo import build_model
-from trainsim.workload.zoo.transformer import dispatcher_kernels
+from trainsim.workload.zoo.transformer import as_dispatched
 
 MOE = {"experts": 16, "top_k": 2}
 
@@ -82,12 +82,12 @@ def test_the_token_dispatcher_sets_the_bookkeeping_kernels(dispatcher: str, ep: 
     model, _ = _compute()
     ops = _ops()
     for name, want in (("router", router), ("dispatch", dispatch), ("combine", combine)):
-        op = dispatcher_kernels(ops[name], dispatcher, ep)
+        op = as_dispatched(ops[name], dispatcher, ep)
         assert (model.kernels(op, "fwd", op.dims), model.kernels(op, "bwd", op.dims)) == want
     if dispatcher == "deepep":
         assert router[0] + dispatch[0] == 17
     # no other op carries bookkeeping kernels, and none changes with the dispatcher
-    assert all(op.side_kernels == (0, 0) and dispatcher_kernels(op, dispatcher, ep) is op
+    assert all(op.side_kernels == (0, 0) and as_dispatched(op, dispatcher, ep) is op
                for name, op in ops.items() if name not in ("router", "dispatch", "combine"))
 
 
@@ -373,3 +373,26 @@ def test_a_search_holds_the_scope_for_every_candidate() -> None:
     assert held == {"cuda_graphs": "full_iteration", "ep_overlap": True}
     assert with_held({"tp": 2}, held, ep=1) == {"cuda_graphs": "full_iteration", "tp": 2}  # EP knobs: ep > 1 only
     assert with_held({"tp": 2}, held, ep=4) == {**held, "tp": 2}
+
+
+@pytest.mark.parametrize(("dispatcher", "ep", "sorted_"), [
+    ("alltoall", 8, True),  # 16 experts on 8 ranks: 2 local experts, the received chunks sorted by expert
+    ("alltoall", 16, False),  # one local expert: nothing to sort
+    ("alltoall", 1, False),  # no EP: the permute itself orders the tokens by expert
+    ("deepep", 8, False),  # the flex dispatcher's buffers come back per expert
+])
+def test_the_all_to_all_dispatchers_chunk_sort_moves_the_dispatched_tokens_by_hand(dispatcher: str, ep: int,
+                                                                                    sorted_: bool) -> None:
+    """Megatron-Core's all-to-all dispatcher sorts what it received by local expert and restores the order before
+    the combine: 2 passes over the dispatched elements forward and 2 backward, beside the permutes' 3."""
+    model, dev = _compute()
+    ops = _ops()
+    hbm = dev.hbm_gbps * 1e9 * model.params.hbm_efficiency
+    gap = model.params.kernel_overhead_s
+    for name in ("dispatch", "combine"):
+        op = as_dispatched(ops[name], dispatcher, ep)
+        tokens, dispatched = op.dims["b"] * op.dims["s"], op.dims["e"] * op.dims["c"]
+        elems = 3 * (tokens + dispatched) + (4 * dispatched if sorted_ else 0)
+        total = sum(model.op_time(op, op.dims, phase, dev, "bf16") - model.kernels(op, phase, op.dims) * gap
+                    for phase in ("fwd", "bwd"))
+        assert total == pytest.approx(elems * op.dims["h"] * 2.0 / hbm)

@@ -25,7 +25,7 @@ from ..strategy.mesh import DeviceMesh
 from ..strategy.precision import low_precision_gemm, weighted_gemm
 from ..strategy.tree import FULL_ITERATION
 from ..workload.ir import Op, OpKind, OpValues
-from ..workload.zoo.transformer import dispatcher_kernels
+from ..workload.zoo.transformer import as_dispatched
 from .comm import CommModel, NcclComm, port_key, two_hop_dispatch
 from .compute import LOW_PRECISION_GEMM, ComputeModel
 from .offload import gather_group_system
@@ -159,8 +159,8 @@ class _CostCache:
         return hit
 
     def _price(self, op: Op, local: Mapping[str, float], phase: str) -> tuple[float, float]:
-        if op.side_kernels != (0, 0):  # the MoE router's and token dispatcher's, as the dispatcher launches them
-            op = dispatcher_kernels(op, *self.dispatcher)
+        if op.side_kernels != (0, 0):  # the MoE router's and token dispatcher's, as the dispatcher runs them
+            op = as_dispatched(op, *self.dispatcher)
         time_s = self.compute.op_time(op, local, "fwd" if phase == "recompute" else phase, self.device, self.dtype)
         return time_s, self.compute.host_time(op, phase, local)
 

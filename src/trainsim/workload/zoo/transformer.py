@@ -562,10 +562,24 @@ DEEPEP_ROUTER_SAVED = 18
 less the dispatch's 4 here, leave the fused router 13 of its 31."""
 
 
-def dispatcher_kernels(op: Op, dispatcher: str, ep: int) -> Op:
-    """The op with the bookkeeping kernels its token dispatcher launches (the model is built for Megatron-Core's
-    all-to-all dispatcher with EP): fewer without EP, DeepEP's counts under the flex dispatcher."""
+MOE_CHUNK_SORT_TRAFFIC = 4.0 / 3.0
+"""Megatron-Core's all-to-all dispatcher with more than one local expert sorts the tokens it received by local expert
+after the dispatch all-to-all and restores their order before the combine's (sort_chunks_by_idxs in
+megatron/core/transformer/moe/token_dispatcher.py; one fused kernel each with permute fusion): a read and a write of
+the dispatched tokens in the forward, and again for their gradients in the backward. The dispatch and combine ops
+price their permute as tokens + dispatched elements moved forward and twice that backward (3 passes); the sorts add 2
+dispatched elements forward and 2 backward, so their traffic grows by 4 / 3 x dispatched / (tokens + dispatched)."""
+
+
+def as_dispatched(op: Op, dispatcher: str, ep: int) -> Op:
+    """The op as its token dispatcher runs it (the model is built for Megatron-Core's all-to-all dispatcher with
+    EP): the bookkeeping kernels it launches (fewer without EP, DeepEP's counts under the flex dispatcher) and, with
+    EP and more than one local expert, the chunk sort's traffic (MOE_CHUNK_SORT_TRAFFIC)."""
     key = "deepep" if dispatcher == "deepep" else "alltoall" if ep > 1 else "local"
+    if key == "alltoall" and op.name in ("dispatch", "combine") and op.dims["e"] // ep > 1:
+        dispatched = op.dims["e"] * op.dims["c"]
+        share = dispatched / (op.dims["b"] * op.dims["s"] + dispatched)
+        return replace(op, traffic=op.traffic * (1.0 + MOE_CHUNK_SORT_TRAFFIC * share))
     if key == "alltoall" or op.name not in ("router", "dispatch", "combine"):
         return op
     if op.name == "router":
