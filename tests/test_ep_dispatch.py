@@ -139,15 +139,65 @@ def test_strategy_keys_are_checked_and_kept() -> None:
     _, _, tree = job_tree(parse_job(_job(ep_dispatcher="deepep", ep_node_limit=2)))
     again = StrategyTree.from_dict(tree.model, tree.to_dict())
     assert (again.ep_dispatcher, again.ep_node_limit) == ("deepep", 2)
+    _, _, tree = job_tree(parse_job(_job(ep_dispatcher="hybridep", ep_node_limit=2, ep_dispatcher_sms=24)))
+    again = StrategyTree.from_dict(tree.model, tree.to_dict())
+    assert (again.ep_dispatcher, again.ep_node_limit, again.ep_dispatcher_sms) == ("hybridep", 2, 24)
+    for bad in ({"ep_dispatcher_sms": 16}, {"ep_dispatcher": "deepep", "ep_dispatcher_sms": 16},
+                {"ep_dispatcher": "hybridep", "ep_dispatcher_sms": 0}):
+        with pytest.raises(ConfigError, match=r"^strategy\.ep_dispatcher_sms:"):
+            trainsim.simulate(_job(**bad))
+
+
+def _dispatch_steps(dispatcher: str, **strategy: Any) -> list[Any]:
+    """The forward dispatch all-to-alls of the first chunk, on one node of 8 GPUs (EP 8)."""
+    from trainsim.api import simulate_costed
+    from trainsim.config import JobConfig
+
+    job = {**_job(ep_dispatcher=dispatcher, **strategy), "cluster": {"name": "dgx-b200", "nodes": 1}}
+    job["strategy"] = {**job["strategy"], "ep": 8}
+    _, costed = simulate_costed(JobConfig.model_validate(job))
+    return [s for s in costed.program.chunks[0].fwd if s.label.endswith("expert_fc1.in0:all_to_all")]
+
+
+def test_hybridep_moves_at_most_its_sms_rate_by_hand() -> None:
+    """HybridEP sends what DeepEP sends (one copy per GPU reached), at most ep_dispatcher_sms x 21.0 GB/s: its BF16
+    dispatch and combine on 8 GB200 ranks with 16 SMs (DeepEP pull request 420), per SM; Megatron's default 16."""
+    from trainsim.cost.comm import HYBRIDEP_DEFAULT_SMS, HYBRIDEP_GBPS_PER_SM
+
+    assert pytest.approx((362.01 + 310.21) / 2 / 16) == HYBRIDEP_GBPS_PER_SM
+    assert HYBRIDEP_DEFAULT_SMS == 16
+    deep = _dispatch_steps("deepep")
+    moved = two_hop_rank_share(128, 8, 8, 1)  # qwen3-30b-a3b: top-8 of 128 experts on 8 GPUs
+    for sms in (None, 16, 4):
+        hybrid = _dispatch_steps("hybridep", **({"ep_dispatcher_sms": sms} if sms else {}))
+        assert len(hybrid) == len(deep) == 4
+        for h, d in zip(hybrid, deep, strict=True):
+            bound = h.size_bytes * moved / ((sms or 16) * HYBRIDEP_GBPS_PER_SM * 1e9)
+            assert h.size_bytes == d.size_bytes
+            assert h.duration_s == pytest.approx(max(d.duration_s, bound))
+    # 16 SMs bind on a B200's NVLink here; enough of them leave the links' price
+    assert hybrid[0].duration_s > deep[0].duration_s
+    many = _dispatch_steps("hybridep", ep_dispatcher_sms=1024)
+    assert [s.duration_s for s in many] == pytest.approx([s.duration_s for s in deep])
 
 
 @pytest.mark.parametrize(("cell", "settings_text", "want"), [
-    ("flex (hybridep)", "", "deepep"), ("flex (deepep)", "", "deepep"), ("DeepEP", "", "deepep"),
+    ("flex (hybridep)", "", "hybridep"), ("flex (deepep)", "", "deepep"), ("DeepEP", "", "deepep"),
     ("alltoall (model default)", "", "alltoall"), ("", "--moe-token-dispatcher-type=flex", "deepep"),
+    ("", "--moe-token-dispatcher-type=flex --moe-flex-dispatcher-backend=hybridep", "hybridep"),
     ("", "--moe-token-dispatcher-type=alltoall", "alltoall"), ("", "", "alltoall"),
 ])
 def test_rows_name_their_dispatcher(cell: str, settings_text: str, want: str) -> None:
     assert ep_dispatcher(settings_text, cell) == want
+
+
+def test_hybridep_rows_get_their_recipes_sms() -> None:
+    """Megatron-Bridge's benchmark recipes run HybridEP on 32 SMs (_benchmark_common), Nemotron 3 Nano's on 16."""
+    from trainsim.validate.moe_rows import hybridep_sms
+
+    assert hybridep_sms({"model_name": "Nemotron 3 Nano (30B-A3B, hybrid)"})[0] == 16
+    for name in ("DeepSeek-V3 (671B-A37B)", "Nemotron 3 Super (120B-A12B)", "Qwen3-30B-A3B"):
+        assert hybridep_sms({"model_name": name})[0] == 32
 
 
 # ---- EP all-to-all overlapped with the other micro-batch's compute (strategy.ep_overlap) ----------------------

@@ -75,6 +75,7 @@ def test_the_router_launches_the_guides_kernel_counts_by_hand() -> None:
     ("alltoall", 8, (31, 10), (12, 2), (11, 3)),  # Megatron-Core's all-to-all dispatcher across EP ranks
     ("alltoall", 1, (31, 10), (6, 1), (6, 3)),  # the same without EP: no splits, no counts all-gather
     ("deepep", 8, (13, 10), (4, 1), (3, 2)),  # the flex dispatcher: router and preprocess together 17 (the guide)
+    ("hybridep", 8, (13, 10), (4, 1), (3, 2)),  # its HybridEP backend: the same preprocess
 ])
 def test_the_token_dispatcher_sets_the_bookkeeping_kernels(dispatcher: str, ep: int, router: tuple[int, int],
                                                           dispatch: tuple[int, int],
@@ -84,7 +85,7 @@ def test_the_token_dispatcher_sets_the_bookkeeping_kernels(dispatcher: str, ep: 
     for name, want in (("router", router), ("dispatch", dispatch), ("combine", combine)):
         op = as_dispatched(ops[name], dispatcher, ep)
         assert (model.kernels(op, "fwd", op.dims), model.kernels(op, "bwd", op.dims)) == want
-    if dispatcher == "deepep":
+    if dispatcher in ("deepep", "hybridep"):
         assert router[0] + dispatch[0] == 17
     # no other op carries bookkeeping kernels, and none changes with the dispatcher
     assert all(op.side_kernels == (0, 0) and as_dispatched(op, dispatcher, ep) is op

@@ -240,7 +240,7 @@ def _spec(job: JobConfig, world: int) -> ParallelSpec:
                         global_batch=gb, overlap_grad_reduce=s.overlap_grad_reduce,
                         overlap_param_gather=s.overlap_param_gather, tp_comm_overlap=s.tp_comm_overlap,
                         cp_comm=s.cp_comm, ep_dispatcher=s.ep_dispatcher, ep_node_limit=s.ep_node_limit,
-                        ep_overlap=s.ep_overlap,
+                        ep_dispatcher_sms=s.ep_dispatcher_sms, ep_overlap=s.ep_overlap,
                         dp_replicate=s.dp_replicate, first_stage_layers=s.first_stage_layers,
                         last_stage_layers=s.last_stage_layers,
                         stage_layer_counts=tuple(s.stage_layers) if s.stage_layers is not None else None,
@@ -512,7 +512,7 @@ def _spec_of_tree(tree: StrategyTree) -> ParallelSpec:
                         overlap_grad_reduce=tree.overlap_grad_reduce, overlap_param_gather=tree.overlap_param_gather,
                         tp_comm_overlap=tree.tp_comm_overlap, cp_comm=tree.cp_comm,
                         ep_dispatcher=tree.ep_dispatcher, ep_node_limit=tree.ep_node_limit,
-                        ep_overlap=tree.ep_overlap,
+                        ep_dispatcher_sms=tree.ep_dispatcher_sms, ep_overlap=tree.ep_overlap,
                         p2p_scatter_gather=tree.p2p_scatter_gather, offload=tree.offload,
                         offload_activations=tree.offload_activations, cuda_graphs=tree.cuda_graphs)
 

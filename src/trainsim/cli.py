@@ -114,11 +114,14 @@ def simulate(
                                                      "they feed (Megatron --tp-comm-overlap)")] = None,
     cp_comm: Annotated[str | None, Opt(help="context-parallel attention: p2p (ring, default) | all_gather")] = None,
     ep_dispatcher: Annotated[str | None, Opt(help="MoE token dispatch: alltoall (NCCL, default) | deepep "
-                                                  "(two-hop: one copy per node over RDMA, NVLink forwarding)")] = None,
+                                                  "(two-hop: one copy per node over RDMA, NVLink forwarding) | "
+                                                  "hybridep (the same at HybridEP's per-SM rate)")] = None,
+    ep_dispatcher_sms: Annotated[int | None, Opt(help="with --ep-dispatcher hybridep: SMs its kernels run on "
+                                                      "(Megatron --moe-hybridep-num-sms, default 16)")] = None,
     ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap",
                                            help="EP all-to-alls hidden under another micro-batch's opposite pass "
                                                 "(Megatron --overlap-moe-expert-parallel-comm, DualPipe)")] = None,
-    ep_node_limit: Annotated[int | None, Opt(help="with --ep-dispatcher deepep: nodes a token reaches at most "
+    ep_node_limit: Annotated[int | None, Opt(help="with a two-hop --ep-dispatcher: nodes a token reaches at most "
                                                   "(DeepSeek-V3's node-limited routing: 4)")] = None,
     cuda_graphs: Annotated[str | None, Opt(help="CUDA graphs: none (default) | full_iteration | captured modules, "
                                                 "comma-separated: attn, mlp, moe_router, moe_preprocess, moe, "
@@ -239,7 +242,7 @@ def simulate(
                      "micro_batch": micro_batch, "global_batch": global_batch,
                      "overlap_grad_reduce": overlap_grad_reduce, "overlap_param_gather": overlap_param_gather,
                      "tp_comm_overlap": tp_comm_overlap, "cp_comm": cp_comm, "ep_dispatcher": ep_dispatcher,
-                     "ep_node_limit": ep_node_limit, "ep_overlap": ep_overlap,
+                     "ep_node_limit": ep_node_limit, "ep_dispatcher_sms": ep_dispatcher_sms, "ep_overlap": ep_overlap,
                      "cuda_graphs": cuda_graphs,
                      "dp_replicate": dp_replicate, "first_stage_layers": first_stage_layers,
                      "last_stage_layers": last_stage_layers, "offload": offload,

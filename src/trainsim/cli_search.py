@@ -143,8 +143,8 @@ def search_cmd(
                                           "overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, "
                                           "schedule, tp_across_nodes)")] = None,
     tp_across_nodes: Annotated[bool, Opt("--tp-across-nodes", help="let tensor parallelism span nodes")] = False,
-    ep_dispatcher: Annotated[str | None, Opt(help="held for every candidate with ep > 1: alltoall | deepep "
-                                             "(two-hop dispatch)")] = None,
+    ep_dispatcher: Annotated[str | None, Opt(help="held for every candidate with ep > 1: alltoall | deepep | "
+                                             "hybridep (two-hop dispatch)")] = None,
     ep_overlap: Annotated[bool | None, Opt("--ep-overlap/--no-ep-overlap", help="held for every candidate with "
                                            "ep > 1: all-to-alls under a paired micro-batch's compute")] = None,
     cuda_graphs: Annotated[str | None, Opt(help="held for every candidate: none | full_iteration | captured "
@@ -245,7 +245,7 @@ AUTO_TIME_LIMIT_S = 60.0
 """How long `simulate` searches when it is given no parallel degree (the best so far is used after that)."""
 _AUTO_FIXED = {"recompute", "zero", "fsdp", "micro_batch", "sequence_parallel", "schedule", "overlap_grad_reduce",
                "overlap_param_gather", "tp_comm_overlap", "global_batch", "ep_dispatcher", "ep_node_limit",
-               "ep_overlap", "cuda_graphs"}
+               "ep_dispatcher_sms", "ep_overlap", "cuda_graphs"}
 """Strategy keys a job may set and still have its parallel degrees chosen by the search (as fixed knobs)."""
 
 

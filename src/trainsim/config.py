@@ -319,10 +319,13 @@ class StrategySpec(_Strict):
         "p2p", description="context-parallel attention: p2p (ring attention, Megatron/Transformer Engine's default: "
         "K and V chunks pass round the cp ring under the attention of the previous chunk) or all_gather (K and V "
         "gathered before one attention kernel, as Llama 3 did)")
-    ep_dispatcher: Literal["alltoall", "deepep"] = Field(
-        "alltoall", description="how MoE tokens reach their experts across nodes: alltoall (NCCL's all-to-all: one "
-        "copy per remote expert) or deepep (DeepEP / HybridEP, Megatron's flex dispatcher: one copy per remote node "
-        "over RDMA, forwarded to its experts over NVLink)")
+    ep_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
+        "alltoall", description="how MoE tokens reach their experts: alltoall (NCCL's all-to-all: one copy per remote "
+        "expert), deepep (DeepEP, Megatron's flex dispatcher: one copy per GPU reached, and per remote node over "
+        "RDMA, forwarded over NVLink) or hybridep (HybridEP, the flex dispatcher's other backend: the same copies, "
+        "its kernels moving at most ep_dispatcher_sms x 21 GB/s)")
+    ep_dispatcher_sms: int | None = Field(None, ge=1, le=1024, description="SMs HybridEP's kernels run on "
+                                          "(Megatron --moe-hybridep-num-sms; default 16)")
     ep_overlap: bool = Field(False, description="expert-parallel all-to-alls hidden under the compute of another "
                              "micro-batch's opposite pass (Megatron --overlap-moe-expert-parallel-comm, DualPipe)")
     ep_node_limit: int | None = Field(None, ge=1, le=MAX_GPUS, description="node-limited routing (DeepSeek-V3: 4): "
@@ -373,9 +376,12 @@ class StrategySpec(_Strict):
         if self.ep_overlap and self.ep == 1:
             raise ConfigError("strategy.ep_overlap", "only applies with expert parallelism (ep > 1)",
                               "add --ep, or drop --ep-overlap")
-        if self.ep_node_limit is not None and self.ep_dispatcher != "deepep":
+        if self.ep_node_limit is not None and self.ep_dispatcher not in ("deepep", "hybridep"):
             raise ConfigError("strategy.ep_node_limit", "applies to the two-hop dispatch only",
-                              "add ep_dispatcher: deepep, or drop ep_node_limit")
+                              "add ep_dispatcher: deepep (or hybridep), or drop ep_node_limit")
+        if self.ep_dispatcher_sms is not None and self.ep_dispatcher != "hybridep":
+            raise ConfigError("strategy.ep_dispatcher_sms", "applies to HybridEP's kernels only",
+                              "add ep_dispatcher: hybridep, or drop ep_dispatcher_sms")
         from .strategy.tree import cuda_graph_scope  # the one check of names and combinations
 
         cuda_graph_scope(self.cuda_graphs)

@@ -26,7 +26,15 @@ from ..strategy.precision import low_precision_gemm, weighted_gemm
 from ..strategy.tree import FULL_ITERATION
 from ..workload.ir import Op, OpKind, OpValues
 from ..workload.zoo.transformer import as_dispatched
-from .comm import CommModel, NcclComm, port_key, two_hop_dispatch
+from .comm import (
+    HYBRIDEP_DEFAULT_SMS,
+    HYBRIDEP_GBPS_PER_SM,
+    TWO_HOP_DISPATCHERS,
+    CommModel,
+    NcclComm,
+    port_key,
+    two_hop_dispatch,
+)
 from .compute import LOW_PRECISION_GEMM, ComputeModel
 from .offload import gather_group_system
 
@@ -176,11 +184,13 @@ class _CommPricer:
 
     def __init__(self, mesh: DeviceMesh, cluster: Cluster, comm: CommModel, memory: MemorySystem | None, *,
                  sharing: bool, exact: bool, cache: bool, flows: bool = True,
-                 two_hop: tuple[int, int, int | None] | None = None) -> None:
+                 two_hop: tuple[int, int, int | None] | None = None, dispatch_gbps: float = 0.0) -> None:
         self.mesh, self.comm, self.memory = mesh, comm, memory
         # (experts, top_k, node limit) of a MoE whose expert-parallel all-to-alls are two-hop dispatches
-        # (strategy.ep_dispatcher deepep), where the comm model prices them (NcclComm)
+        # (strategy.ep_dispatcher deepep or hybridep), where the comm model prices them (NcclComm)
         self.two_hop = two_hop if isinstance(comm, NcclComm) else None
+        # what the dispatcher's own kernels move at most, GB/s (HybridEP's SMs: strategy.ep_dispatcher_sms); 0: no bound
+        self.dispatch_gbps = dispatch_gbps if self.two_hop is not None else 0.0
         self.sharing, self.exact, self.cache = sharing, exact, cache
         self.gpn = cluster.gpus_per_node
         self.world_size = cluster.world_size
@@ -273,6 +283,8 @@ class _CommPricer:
         conc = self.concurrency(ckey, lambda: axes_concurrency(self.mesh, step.axes, stage, group, self.gpn))
         moved, share = self.two_hop_shares(step, group)
         t, dem = self.call(step.collective, step.size_bytes * moved, group, conc, share)
+        if self.dispatch_gbps and _is_dispatch(step):  # the dispatcher's kernels, not the links, bound it
+            t = max(t, step.size_bytes * moved / (self.dispatch_gbps * 1e9))
         self.times[key] = t
         if self.book is not None and dem is not None:
             self.book.steps[key] = dem
@@ -321,9 +333,11 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     layer_kinds = {la.name: la.kind for la in program.tree.model.layers} if high is not None else {}
     tree, hyper = program.tree, program.tree.model.hyper
     two_hop = (int(hyper["experts"]), int(hyper["top_k"]), tree.ep_node_limit) \
-        if tree.ep_dispatcher == "deepep" and hyper.get("experts") else None
+        if tree.ep_dispatcher in TWO_HOP_DISPATCHERS and hyper.get("experts") else None
+    dispatch_gbps = (tree.ep_dispatcher_sms or HYBRIDEP_DEFAULT_SMS) * HYBRIDEP_GBPS_PER_SM \
+        if tree.ep_dispatcher == "hybridep" else 0.0
     pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache, flows=flows,
-                         two_hop=two_hop)
+                         two_hop=two_hop, dispatch_gbps=dispatch_gbps)
     book = pricer.book
     pair_time = pricer.pair
 

@@ -387,6 +387,20 @@ def two_hop_rank_share(experts: int, top_k: int, ranks: int, nodes: int, node_li
     return min(1.0, reached / top_k)
 
 
+TWO_HOP_DISPATCHERS = ("deepep", "hybridep")
+"""strategy.ep_dispatcher values that send a token once per GPU (and node) it reaches, forwarded over NVLink."""
+
+HYBRIDEP_DEFAULT_SMS = 16
+"""SMs HybridEP's dispatch and combine kernels run on by default: Megatron-Core's TransformerConfig
+moe_hybridep_num_sms (--moe-hybridep-num-sms), 16, which Megatron-Bridge's MoE recipes also set."""
+
+HYBRIDEP_GBPS_PER_SM = (362.01 + 310.21) / 2 / 16
+"""GB/s one SM of HybridEP's kernels moves: its BF16 dispatch (362.01 GB/s) and combine (310.21 GB/s) on 8 GB200
+ranks with 16 SMs, kernel only (deepseek-ai/DeepEP pull request 420, which added HybridEP; 24 and 32 SMs scale it
+nearly linearly). Within an NVLink domain that, not the links' 900 GB/s, bounds the transfer; larger groups measured
+lower (combine at 24 ranks: 126.5 GB/s with 16 SMs), which is not modelled. Assumed per SM on every GPU."""
+
+
 def two_hop_dispatch(experts: int, top_k: int, ranks: int, nodes: int, node_limit: int | None = None
                      ) -> tuple[float, float]:
     """How NcclComm prices a two-hop MoE dispatch (or combine) of a per-(token, expert) buffer over `ranks` GPUs

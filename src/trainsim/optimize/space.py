@@ -87,7 +87,7 @@ class Candidate:
         return strategy_section(asdict(self))
 
 
-EP_KNOBS = ("ep_dispatcher", "ep_node_limit", "ep_overlap")
+EP_KNOBS = ("ep_dispatcher", "ep_node_limit", "ep_dispatcher_sms", "ep_overlap")
 HELD_KNOBS = (*EP_KNOBS, "cuda_graphs")
 """Strategy keys a search takes from the job as given (the space does not vary them): how expert parallelism
 dispatches and overlaps its all-to-alls (EP_KNOBS, for every candidate with ep > 1) and which modules run as CUDA

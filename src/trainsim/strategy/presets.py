@@ -58,8 +58,9 @@ class ParallelSpec:
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
     cp_comm: str = "p2p"  # p2p (ring attention) | all_gather (K/V gathered before attention)
-    ep_dispatcher: str = "alltoall"  # alltoall (NCCL) | deepep (two-hop: one copy per node, NVLink forwarding)
-    ep_node_limit: int | None = None  # node-limited routing with deepep (DeepSeek-V3: 4)
+    ep_dispatcher: str = "alltoall"  # alltoall (NCCL) | deepep, hybridep (two-hop: one copy per node, NVLink forwarding)
+    ep_node_limit: int | None = None  # node-limited routing with a two-hop dispatcher (DeepSeek-V3: 4)
+    ep_dispatcher_sms: int | None = None  # SMs HybridEP's kernels run on (None: its default)
     ep_overlap: bool = False  # EP all-to-alls under the other micro-batch's compute (Megatron, DualPipe)
     dp_replicate: int = 1  # HSDP: replicas of each sharding group (dp / dp_replicate ranks shard the states)
     first_stage_layers: int | None = None  # uneven pipeline: transformer layers on the first / last stage
@@ -320,6 +321,7 @@ def build_strategy(model: Model, p: ParallelSpec) -> StrategyTree:
     tree.tp_comm_overlap = p.tp_comm_overlap
     tree.cp_comm = p.cp_comm
     tree.ep_dispatcher, tree.ep_node_limit, tree.ep_overlap = p.ep_dispatcher, p.ep_node_limit, p.ep_overlap
+    tree.ep_dispatcher_sms = p.ep_dispatcher_sms
     tree.p2p_scatter_gather = p.p2p_scatter_gather
     tree.offload = p.offload
     tree.offload_activations = p.offload_activations

@@ -585,8 +585,9 @@ class StrategyTree:
     overlap_param_gather: bool = False  # ZeRO-1/2 parameter all-gather runs under the next forward
     tp_comm_overlap: bool = False  # TP collectives pipelined with the GEMM they feed or follow
     cp_comm: str = "p2p"  # context-parallel attention: p2p ring (K/V passed under compute) | all_gather
-    ep_dispatcher: str = "alltoall"  # MoE all-to-alls: alltoall (NCCL) | deepep (two-hop, one copy per node)
-    ep_node_limit: int | None = None  # node-limited routing (with deepep): nodes a token reaches at most
+    ep_dispatcher: str = "alltoall"  # MoE all-to-alls: alltoall (NCCL) | deepep, hybridep (two-hop, one copy per node)
+    ep_node_limit: int | None = None  # node-limited routing (two-hop): nodes a token reaches at most
+    ep_dispatcher_sms: int | None = None  # SMs HybridEP's kernels run on (None: HYBRIDEP_DEFAULT_SMS)
     ep_overlap: bool = False  # EP all-to-alls hidden under another micro-batch's opposite pass (cost.annotate)
     p2p_scatter_gather: bool = True  # Megatron: a pipeline hand-off replicated over tp goes 1/tp per rank
     zero_stage: int = 0  # informational (what a preset asked for); the compiler reads memory configs
@@ -846,6 +847,7 @@ class StrategyTree:
             "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
             "tp_comm_overlap": self.tp_comm_overlap, "cp_comm": self.cp_comm,
             "ep_dispatcher": self.ep_dispatcher, "ep_node_limit": self.ep_node_limit, "ep_overlap": self.ep_overlap,
+            "ep_dispatcher_sms": self.ep_dispatcher_sms,
             "p2p_scatter_gather": self.p2p_scatter_gather,
             "offload": self.offload, "offload_in_switch": self.offload_in_switch,
             "offload_activations": self.offload_activations, "zero_stage": self.zero_stage,
@@ -893,12 +895,15 @@ class StrategyTree:
             raise ConfigError("strategy.cp_comm", f"unknown value {cp_comm!r}", "use p2p or all_gather")
         tree.cp_comm = str(cp_comm)
         dispatcher, limit = data.get("ep_dispatcher", "alltoall"), data.get("ep_node_limit")
-        if dispatcher not in ("alltoall", "deepep"):
-            raise ConfigError("strategy.ep_dispatcher", f"unknown value {dispatcher!r}", "use alltoall or deepep")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ConfigError("strategy.ep_node_limit", f"must be a positive integer, got {limit!r}",
-                              "fix the value or drop it")
-        tree.ep_dispatcher, tree.ep_node_limit = str(dispatcher), limit
+        sms = data.get("ep_dispatcher_sms")
+        if dispatcher not in ("alltoall", "deepep", "hybridep"):
+            raise ConfigError("strategy.ep_dispatcher", f"unknown value {dispatcher!r}",
+                              "use alltoall, deepep or hybridep")
+        for key, value in (("ep_node_limit", limit), ("ep_dispatcher_sms", sms)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"strategy.{key}", f"must be a positive integer, got {value!r}",
+                                  "fix the value or drop it")
+        tree.ep_dispatcher, tree.ep_node_limit, tree.ep_dispatcher_sms = str(dispatcher), limit, sms
         tree.zero_stage = int(data.get("zero_stage", 0))
         nodes = {n.name: n for n in tree.root.walk() if n.layer is not None}
         layers = need(data, "layers", "strategy")

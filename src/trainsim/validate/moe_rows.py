@@ -206,17 +206,38 @@ def expert_tp(row: dict[str, str]) -> int | None:
 
 
 TWO_HOP = re.compile(r"flex|deepep|hybridep|hybrid[-_ ]ep", re.IGNORECASE)
-"""Dispatchers that send a token once per destination node and forward it over NVLink there (DeepEP's and
-HybridEP's inter-node kernels; Megatron's flex dispatcher runs one of them): strategy.ep_dispatcher deepep."""
+"""Dispatchers that send a token once per destination GPU and node and forward it over NVLink there (DeepEP's and
+HybridEP's kernels; Megatron's flex dispatcher runs one of them, DeepEP unless the row names HybridEP)."""
+HYBRID_EP = re.compile(r"hybrid[-_ ]?ep", re.IGNORECASE)
 
 
 def ep_dispatcher(settings: str, dispatcher_cell: str = "") -> str:
-    """strategy.ep_dispatcher of a row: deepep where its dispatcher (the token_dispatcher column, else
-    --moe-token-dispatcher-type in its settings) is a two-hop one (TWO_HOP), else alltoall (NCCL's all-to-all,
-    which also prices Megatron's allgather dispatcher)."""
+    """strategy.ep_dispatcher of a row: hybridep where its dispatcher (the token_dispatcher column, else
+    --moe-token-dispatcher-type in its settings) names HybridEP, deepep for another two-hop one (TWO_HOP), else
+    alltoall (NCCL's all-to-all, which also prices Megatron's allgather dispatcher)."""
     flag = re.search(r"moe-token-dispatcher-type\s*=\s*(\w+)", settings.lower())
     text = dispatcher_cell.strip() or (flag.group(1) if flag else "")
+    if HYBRID_EP.search(text) or (TWO_HOP.search(text) and HYBRID_EP.search(settings)):
+        return "hybridep"
     return "deepep" if TWO_HOP.search(text) else "alltoall"
+
+
+RECIPE_HYBRIDEP_SMS = 32
+"""SMs Megatron-Bridge's benchmark recipes give HybridEP: `_benchmark_common` sets moe_hybridep_num_sms = 32 for every
+recipe whose flex dispatcher runs HybridEP (src/megatron/bridge/perf_recipes/_common.py)."""
+RECIPE_HYBRIDEP_SMS_BY_MODEL = {"nemotron 3 nano": 16}
+"""Model name (lower case, its start) -> the SMs its benchmark recipes set after `_benchmark_common`: Nemotron 3
+Nano's, 16 (src/megatron/bridge/perf_recipes/nemotronh/gb200/nemotronh.py)."""
+
+
+def hybridep_sms(row: dict[str, str]) -> tuple[int, str]:
+    """strategy.ep_dispatcher_sms of a HybridEP row (the Megatron-Bridge benchmark recipes' setting) and why."""
+    name = row.get("model_name", "").strip().lower()
+    sms = next((v for k, v in RECIPE_HYBRIDEP_SMS_BY_MODEL.items() if name.startswith(k)), None)
+    if sms is not None:
+        return sms, f"not stated: {sms} SMs for HybridEP, what the model's Megatron-Bridge benchmark recipes set"
+    return RECIPE_HYBRIDEP_SMS, (f"not stated: {RECIPE_HYBRIDEP_SMS} SMs for HybridEP, what Megatron-Bridge's "
+                                 "benchmark recipes set (_benchmark_common)")
 
 
 def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -> str:
@@ -230,8 +251,11 @@ def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -
               else "every layer")
     shared = (f", beside a shared expert of {fields['shared_expert_ffn']} features"
               if fields.get("shared_expert_ffn") else "")
-    priced = ("a two-hop dispatch (one copy per destination node, forwarded over NVLink: strategy.ep_dispatcher "
-              "deepep)" if ep_dispatcher(settings, dispatcher_cell) == "deepep" else "trainsim's all-to-all")
+    dispatcher = ep_dispatcher(settings, dispatcher_cell)
+    priced = {"deepep": "a two-hop dispatch (one copy per destination GPU and node, forwarded over NVLink: "
+                        "strategy.ep_dispatcher deepep)",
+              "hybridep": "a two-hop dispatch at HybridEP's kernels' rate (16 SMs, Megatron's default: "
+                          "strategy.ep_dispatcher hybridep)"}.get(dispatcher, "trainsim's all-to-all")
     return (f"MoE: {layers} routes to {fields['top_k']} of {fields['experts']} experts, {width}{shared}; "
             f"dropless routing priced at the mean load (tokens x top_k / experts per expert); the {kind} "
             f"dispatcher's traffic is priced as {priced} (what expert_fc1 saves is the same)")

@@ -23,6 +23,7 @@ from .conventions import GPTShape, convention_of, iteration_flops
 from .moe_rows import (
     ep_dispatcher,
     expert_tp,
+    hybridep_sms,
     moe_column_fields,
     moe_model_fields,
     moe_note,
@@ -1122,6 +1123,8 @@ def _row_job(row: dict[str, str]) -> RowJob:
     strategy: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "global_batch": gb}
     if routed and ep > 1:
         strategy["ep_dispatcher"] = ep_dispatcher(_cell(row, "other_settings"), _cell(row, "token_dispatcher"))
+        if strategy["ep_dispatcher"] == "hybridep":
+            strategy["ep_dispatcher_sms"], notes["ep_dispatcher_sms"] = hybridep_sms(row)
     etp = expert_tp(row) if routed else None
     if etp is not None and etp != tp:
         strategy["etp"] = etp  # 1: whole experts folded over tp x ep (other values: presets name them)
