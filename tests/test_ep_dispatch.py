@@ -142,6 +142,10 @@ def test_strategy_keys_are_checked_and_kept() -> None:
     _, _, tree = job_tree(parse_job(_job(ep_dispatcher="hybridep", ep_node_limit=2, ep_dispatcher_sms=24)))
     again = StrategyTree.from_dict(tree.model, tree.to_dict())
     assert (again.ep_dispatcher, again.ep_node_limit, again.ep_dispatcher_sms) == ("hybridep", 2, 24)
+    data = tree.to_dict()  # hybridep on 24 SMs: a strategy file is checked as a job is
+    for bad in ({**data, "ep_dispatcher": "deepep"}, {**data, "ep_dispatcher_sms": 0}):
+        with pytest.raises(ConfigError, match=r"^strategy\.ep_dispatcher_sms:"):
+            StrategyTree.from_dict(tree.model, bad)
     for bad in ({"ep_dispatcher_sms": 16}, {"ep_dispatcher": "deepep", "ep_dispatcher_sms": 16},
                 {"ep_dispatcher": "hybridep", "ep_dispatcher_sms": 0}):
         with pytest.raises(ConfigError, match=r"^strategy\.ep_dispatcher_sms:"):

@@ -392,13 +392,15 @@ TWO_HOP_DISPATCHERS = ("deepep", "hybridep")
 
 HYBRIDEP_DEFAULT_SMS = 16
 """SMs HybridEP's dispatch and combine kernels run on by default: Megatron-Core's TransformerConfig
-moe_hybridep_num_sms (--moe-hybridep-num-sms), 16, which Megatron-Bridge's MoE recipes also set."""
+moe_hybridep_num_sms (--moe-hybridep-num-sms), 16, which Megatron-Bridge's library MoE recipes also set (its
+benchmark recipes use 32: validate.moe_rows.RECIPE_HYBRIDEP_SMS)."""
 
 HYBRIDEP_GBPS_PER_SM = (362.01 + 310.21) / 2 / 16
 """GB/s one SM of HybridEP's kernels moves: its BF16 dispatch (362.01 GB/s) and combine (310.21 GB/s) on 8 GB200
-ranks with 16 SMs, kernel only (deepseek-ai/DeepEP pull request 420, which added HybridEP; 24 and 32 SMs scale it
-nearly linearly). Within an NVLink domain that, not the links' 900 GB/s, bounds the transfer; larger groups measured
-lower (combine at 24 ranks: 126.5 GB/s with 16 SMs), which is not modelled. Assumed per SM on every GPU."""
+ranks with 16 SMs, kernel only (deepseek-ai/DeepEP pull request 420, which added HybridEP; 32 SMs moved a little less
+than twice that: 615.78 and 519.57 GB/s). Within an NVLink domain that, not the links' 900 GB/s, bounds the transfer
+at 16 SMs; larger groups measured lower (combine at 24 ranks: 126.53 GB/s with 16 SMs), which is not modelled.
+Assumed per SM on every GPU."""
 
 
 def two_hop_dispatch(experts: int, top_k: int, ranks: int, nodes: int, node_limit: int | None = None

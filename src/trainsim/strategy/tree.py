@@ -903,6 +903,9 @@ class StrategyTree:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"strategy.{key}", f"must be a positive integer, got {value!r}",
                                   "fix the value or drop it")
+        if sms is not None and dispatcher != "hybridep":
+            raise ConfigError("strategy.ep_dispatcher_sms", "applies to HybridEP's kernels only",
+                              "set ep_dispatcher: hybridep, or drop ep_dispatcher_sms")
         tree.ep_dispatcher, tree.ep_node_limit, tree.ep_dispatcher_sms = str(dispatcher), limit, sms
         tree.zero_stage = int(data.get("zero_stage", 0))
         nodes = {n.name: n for n in tree.root.walk() if n.layer is not None}

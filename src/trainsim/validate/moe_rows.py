@@ -254,8 +254,8 @@ def moe_note(fields: dict[str, Any], settings: str, dispatcher_cell: str = "") -
     dispatcher = ep_dispatcher(settings, dispatcher_cell)
     priced = {"deepep": "a two-hop dispatch (one copy per destination GPU and node, forwarded over NVLink: "
                         "strategy.ep_dispatcher deepep)",
-              "hybridep": "a two-hop dispatch at HybridEP's kernels' rate (16 SMs, Megatron's default: "
-                          "strategy.ep_dispatcher hybridep)"}.get(dispatcher, "trainsim's all-to-all")
+              "hybridep": "a two-hop dispatch at HybridEP's kernels' rate on the recipe's SMs (strategy."
+                          "ep_dispatcher hybridep, ep_dispatcher_sms)"}.get(dispatcher, "trainsim's all-to-all")
     return (f"MoE: {layers} routes to {fields['top_k']} of {fields['experts']} experts, {width}{shared}; "
             f"dropless routing priced at the mean load (tokens x top_k / experts per expert); the {kind} "
             f"dispatcher's traffic is priced as {priced} (what expert_fc1 saves is the same)")
