@@ -329,7 +329,7 @@ class StrategySpec(_Strict):
     ep_overlap: bool = Field(False, description="expert-parallel all-to-alls hidden under the compute of another "
                              "micro-batch's opposite pass (Megatron --overlap-moe-expert-parallel-comm, DualPipe)")
     ep_node_limit: int | None = Field(None, ge=1, le=MAX_GPUS, description="node-limited routing (DeepSeek-V3: 4): "
-                                      "each token reaches at most this many nodes (with ep_dispatcher deepep)")
+                                      "each token reaches at most this many nodes (with a two-hop ep_dispatcher)")
     p2p_scatter_gather: bool = Field(True, description="Megatron's scatter/gather pipeline hand-off: a tensor "
                                      "replicated over tp is sent 1/tp per rank and all-gathered on arrival")
     offload: Literal["none", "cpu", "nvme", "remote"] = Field(
@@ -376,14 +376,15 @@ class StrategySpec(_Strict):
         if self.ep_overlap and self.ep == 1:
             raise ConfigError("strategy.ep_overlap", "only applies with expert parallelism (ep > 1)",
                               "add --ep, or drop --ep-overlap")
-        if self.ep_node_limit is not None and self.ep_dispatcher not in ("deepep", "hybridep"):
+        # the one home of the dispatcher names and the one check of CUDA-graph names and combinations
+        from .strategy.tree import TWO_HOP_DISPATCHERS, cuda_graph_scope
+
+        if self.ep_node_limit is not None and self.ep_dispatcher not in TWO_HOP_DISPATCHERS:
             raise ConfigError("strategy.ep_node_limit", "applies to the two-hop dispatch only",
                               "add ep_dispatcher: deepep (or hybridep), or drop ep_node_limit")
         if self.ep_dispatcher_sms is not None and self.ep_dispatcher != "hybridep":
             raise ConfigError("strategy.ep_dispatcher_sms", "applies to HybridEP's kernels only",
                               "add ep_dispatcher: hybridep, or drop ep_dispatcher_sms")
-        from .strategy.tree import cuda_graph_scope  # the one check of names and combinations
-
         cuda_graph_scope(self.cuda_graphs)
         if self.cp_comm != "p2p" and self.cp == 1:
             raise ConfigError("strategy.cp_comm", "only applies with context parallelism (cp > 1)",

@@ -23,13 +23,12 @@ from ..hardware.devices import Device
 from ..hardware.memory_systems import MemoryAccess, MemorySystem
 from ..strategy.mesh import DeviceMesh
 from ..strategy.precision import low_precision_gemm, weighted_gemm
-from ..strategy.tree import FULL_ITERATION
+from ..strategy.tree import FULL_ITERATION, TWO_HOP_DISPATCHERS
 from ..workload.ir import Op, OpKind, OpValues
 from ..workload.zoo.transformer import as_dispatched
 from .comm import (
     HYBRIDEP_DEFAULT_SMS,
     HYBRIDEP_GBPS_PER_SM,
-    TWO_HOP_DISPATCHERS,
     CommModel,
     NcclComm,
     port_key,

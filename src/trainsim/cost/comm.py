@@ -387,9 +387,6 @@ def two_hop_rank_share(experts: int, top_k: int, ranks: int, nodes: int, node_li
     return min(1.0, reached / top_k)
 
 
-TWO_HOP_DISPATCHERS = ("deepep", "hybridep")
-"""strategy.ep_dispatcher values that send a token once per GPU (and node) it reaches, forwarded over NVLink."""
-
 HYBRIDEP_DEFAULT_SMS = 16
 """SMs HybridEP's dispatch and combine kernels run on by default: Megatron-Core's TransformerConfig
 moe_hybridep_num_sms (--moe-hybridep-num-sms), 16, which Megatron-Bridge's library MoE recipes also set (its

@@ -572,6 +572,12 @@ def _set_split(node: StrategyNode, op: Op, dim: str, axes: tuple[str, ...], pad:
     leaf.explicit.setdefault(op.name, set()).add(dim)
 
 
+EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+"""strategy.ep_dispatcher's values: NCCL's all-to-all, DeepEP, HybridEP (cost.annotate prices them)."""
+TWO_HOP_DISPATCHERS = ("deepep", "hybridep")
+"""The dispatchers that send a token once per GPU (and node) it reaches, forwarded over NVLink."""
+
+
 @dataclass
 class StrategyTree:
     """The whole parallelization strategy of one job."""
@@ -896,7 +902,7 @@ class StrategyTree:
         tree.cp_comm = str(cp_comm)
         dispatcher, limit = data.get("ep_dispatcher", "alltoall"), data.get("ep_node_limit")
         sms = data.get("ep_dispatcher_sms")
-        if dispatcher not in ("alltoall", "deepep", "hybridep"):
+        if dispatcher not in EP_DISPATCHERS:
             raise ConfigError("strategy.ep_dispatcher", f"unknown value {dispatcher!r}",
                               "use alltoall, deepep or hybridep")
         for key, value in (("ep_node_limit", limit), ("ep_dispatcher_sms", sms)):

@@ -205,7 +205,7 @@ def expert_tp(row: dict[str, str]) -> int | None:
     return etp
 
 
-TWO_HOP = re.compile(r"flex|deepep|hybridep|hybrid[-_ ]ep", re.IGNORECASE)
+TWO_HOP = re.compile(r"flex|deepep|hybrid[-_ ]?ep", re.IGNORECASE)
 """Dispatchers that send a token once per destination GPU and node and forward it over NVLink there (DeepEP's and
 HybridEP's kernels; Megatron's flex dispatcher runs one of them, DeepEP unless the row names HybridEP)."""
 HYBRID_EP = re.compile(r"hybrid[-_ ]?ep", re.IGNORECASE)
@@ -230,10 +230,15 @@ RECIPE_HYBRIDEP_SMS_BY_MODEL = {"nemotron 3 nano": 16}
 Nano's, 16 (src/megatron/bridge/perf_recipes/nemotronh/gb200/nemotronh.py)."""
 
 
+def _by_model(table: dict[str, Any], row: dict[str, str]) -> Any:  # noqa: ANN401 - the table's own value type
+    """The entry of a table keyed by model name (lower case, its start) for the row's model, None if none."""
+    name = row.get("model_name", "").strip().lower()
+    return next((v for k, v in table.items() if name.startswith(k)), None)
+
+
 def hybridep_sms(row: dict[str, str]) -> tuple[int, str]:
     """strategy.ep_dispatcher_sms of a HybridEP row (the Megatron-Bridge benchmark recipes' setting) and why."""
-    name = row.get("model_name", "").strip().lower()
-    sms = next((v for k, v in RECIPE_HYBRIDEP_SMS_BY_MODEL.items() if name.startswith(k)), None)
+    sms = _by_model(RECIPE_HYBRIDEP_SMS_BY_MODEL, row)
     if sms is not None:
         return sms, f"not stated: {sms} SMs for HybridEP, what the model's Megatron-Bridge benchmark recipes set"
     return RECIPE_HYBRIDEP_SMS, (f"not stated: {RECIPE_HYBRIDEP_SMS} SMs for HybridEP, what Megatron-Bridge's "
@@ -280,8 +285,7 @@ RECIPE_LAYOUTS: dict[str, dict[tuple[int, int], str]] = {"deepseek-v3": _DEEPSEE
 def recipe_layout(row: dict[str, str], pp: int, vpp: int, mtp_layers: int) -> str:
     """The pipeline layout a Megatron-Bridge recipe sets by default (`pp_layout:set_layout(cfg.model)`, no layout
     named) for the row's model and (pp, vpp), in Megatron's layout syntax; ValueError naming why there is none."""
-    name = row.get("model_name", "").strip().lower()
-    table = next((t for k, t in RECIPE_LAYOUTS.items() if name.startswith(k)), None)
+    table = _by_model(RECIPE_LAYOUTS, row)
     if table is None:
         raise ValueError(f"the recipe's default layout for '{row.get('model_name', '')}' is not in the sources read")
     layout = table.get((pp, vpp))

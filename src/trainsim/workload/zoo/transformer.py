@@ -575,7 +575,7 @@ def as_dispatched(op: Op, dispatcher: str, ep: int) -> Op:
     """The op as its token dispatcher runs it (the model is built for Megatron-Core's all-to-all dispatcher with
     EP): the bookkeeping kernels it launches (fewer without EP, DeepEP's counts under the flex dispatcher) and, with
     EP and more than one local expert, the chunk sort's traffic (MOE_CHUNK_SORT_TRAFFIC)."""
-    key = "deepep" if dispatcher in ("deepep", "hybridep") else "alltoall" if ep > 1 else "local"
+    key = "deepep" if dispatcher != "alltoall" else "alltoall" if ep > 1 else "local"  # DeepEP's and HybridEP's alike
     if key == "alltoall" and op.name in ("dispatch", "combine") and op.dims["e"] // ep > 1:
         dispatched = op.dims["e"] * op.dims["c"]
         share = dispatched / (op.dims["b"] * op.dims["s"] + dispatched)
