@@ -204,6 +204,21 @@ def test_hybridep_rows_get_their_recipes_sms() -> None:
         assert hybridep_sms({"model_name": name})[0] == 32
 
 
+
+@pytest.mark.parametrize(("experts", "dp_cp", "cell", "want"), [
+    (128, 64, "DeepEP", 64), (32, 8, "DeepEP", 8), (32, 48, "flex (hybridep)", 16), (60, 16, "alltoall", 4),
+    (128, 64, "", None), (128, 64, "allgather", None),
+])
+def test_a_named_dispatcher_without_an_ep_degree_folds_the_experts_over_data_parallel(
+        experts: int, dp_cp: int, cell: str, want: int | None) -> None:
+    """An EP dispatcher means EP > 1: the largest degree dividing the experts and dp x cp; no dispatcher, no EP."""
+    from trainsim.validate.moe_rows import unstated_ep
+
+    got = unstated_ep(experts, dp_cp, cell)
+    assert (got and got[0]) == want
+    if got:
+        assert experts % got[0] == 0 and dp_cp % got[0] == 0 and str(got[0]) in got[1]
+
 # ---- EP all-to-all overlapped with the other micro-batch's compute (strategy.ep_overlap) ----------------------
 
 def _steps(layer: str, compute_s: float, a2a_s: float) -> list[Any]:

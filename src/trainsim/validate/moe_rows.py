@@ -222,6 +222,18 @@ def ep_dispatcher(settings: str, dispatcher_cell: str = "") -> str:
     return "deepep" if TWO_HOP.search(text) else "alltoall"
 
 
+def unstated_ep(experts: int, dp_cp: int, dispatcher_cell: str) -> tuple[int, str] | None:
+    """EP of a row that names an expert-parallel dispatcher (DeepEP, HybridEP, flex, all-to-all) but no EP degree:
+    such a dispatcher means EP > 1, and the FSDP2 + EP frameworks that leave the column blank fold the experts over
+    the whole data-parallel group, so the largest EP dividing both the experts and dp x cp. None where the row
+    names no dispatcher (EP 1)."""
+    if not re.search(r"flex|deepep|hybrid[-_ ]?ep|all[-_ ]?to[-_ ]?all|a2a", dispatcher_cell, re.IGNORECASE):
+        return None
+    ep = max(d for d in range(1, min(experts, dp_cp) + 1) if experts % d == 0 and dp_cp % d == 0)
+    return ep, (f"not stated: the {dispatcher_cell.strip()} dispatcher needs EP > 1; EP {ep}, the largest that divides "
+                f"both the {experts} experts and dp x cp ({dp_cp}), as FSDP2 + EP frameworks fold it")
+
+
 RECIPE_HYBRIDEP_SMS = 32
 """SMs Megatron-Bridge's benchmark recipes give HybridEP: `_benchmark_common` sets moe_hybridep_num_sms = 32 for every
 recipe whose flex dispatcher runs HybridEP (src/megatron/bridge/perf_recipes/_common.py)."""

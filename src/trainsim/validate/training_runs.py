@@ -30,6 +30,7 @@ from .moe_rows import (
     published_architecture,
     recipe_layout,
     recipe_recompute,
+    unstated_ep,
 )
 from .pipeline_splits import nanotron_stage_layers
 
@@ -1120,6 +1121,9 @@ def _row_job(row: dict[str, str]) -> RowJob:
     vpp = _vpp(row, pp, notes)
     if dp * tp * pp * cp != n_gpus:
         raise RowSkip("parallel degrees", f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n_gpus}")
+    if routed and _count(row, "ep") is None and (folded := unstated_ep(routed["experts"], dp * cp,
+                                                                       _cell(row, "token_dispatcher"))):
+        ep, notes["ep"] = folded
     strategy: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "global_batch": gb}
     if routed and ep > 1:
         strategy["ep_dispatcher"] = ep_dispatcher(_cell(row, "other_settings"), _cell(row, "token_dispatcher"))
