@@ -185,6 +185,30 @@ def test_hybridep_moves_at_most_its_sms_rate_by_hand() -> None:
     assert [s.duration_s for s in many] == pytest.approx([s.duration_s for s in deep])
 
 
+def test_hybridep_across_nvlink_domains_moves_at_its_measured_cross_domain_rate() -> None:
+    """Over two 8-GPU nodes (EP 16) HybridEP moves at most sms x 5.53 GB/s: its dispatch and combine on two B300 nodes
+    with 24 SMs (DeepEP issue 590), per SM; inside one node the in-domain rate holds (the test above)."""
+    from trainsim.api import simulate_costed
+    from trainsim.config import JobConfig
+    from trainsim.cost.comm import HYBRIDEP_CROSS_DOMAIN_GBPS_PER_SM
+
+    assert pytest.approx((136.54 + 128.92) / 2 / 24) == HYBRIDEP_CROSS_DOMAIN_GBPS_PER_SM
+
+    def steps(**strategy: Any) -> list[Any]:
+        job = _job(**strategy)  # 2 DGX H100 nodes, EP 16
+        _, costed = simulate_costed(JobConfig.model_validate(job))
+        return [s for s in costed.program.chunks[0].fwd if s.label.endswith("expert_fc1.in0:all_to_all")]
+
+    deep = steps(ep_dispatcher="deepep")
+    moved = two_hop_rank_share(128, 8, 16, 2)
+    for sms in (32, 1024):
+        hybrid = steps(ep_dispatcher="hybridep", ep_dispatcher_sms=sms)
+        for h, d in zip(hybrid, deep, strict=True):
+            bound = h.size_bytes * moved / (sms * HYBRIDEP_CROSS_DOMAIN_GBPS_PER_SM * 1e9)
+            assert h.duration_s == pytest.approx(max(d.duration_s, bound))
+    assert steps(ep_dispatcher="hybridep", ep_dispatcher_sms=32)[0].duration_s > deep[0].duration_s  # it binds
+
+
 @pytest.mark.parametrize(("cell", "settings_text", "want"), [
     ("flex (hybridep)", "", "hybridep"), ("flex (deepep)", "", "deepep"), ("DeepEP", "", "deepep"),
     ("alltoall (model default)", "", "alltoall"), ("", "--moe-token-dispatcher-type=flex", "deepep"),

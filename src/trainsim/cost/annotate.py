@@ -27,6 +27,7 @@ from ..strategy.tree import FULL_ITERATION, TWO_HOP_DISPATCHERS
 from ..workload.ir import Op, OpKind, OpValues
 from ..workload.zoo.transformer import as_dispatched
 from .comm import (
+    HYBRIDEP_CROSS_DOMAIN_GBPS_PER_SM,
     HYBRIDEP_DEFAULT_SMS,
     HYBRIDEP_GBPS_PER_SM,
     CommModel,
@@ -183,13 +184,15 @@ class _CommPricer:
 
     def __init__(self, mesh: DeviceMesh, cluster: Cluster, comm: CommModel, memory: MemorySystem | None, *,
                  sharing: bool, exact: bool, cache: bool, flows: bool = True,
-                 two_hop: tuple[int, int, int | None] | None = None, dispatch_gbps: float = 0.0) -> None:
+                 two_hop: tuple[int, int, int | None] | None = None,
+                 dispatch_gbps: tuple[float, float] = (0.0, 0.0)) -> None:
         self.mesh, self.comm, self.memory = mesh, comm, memory
         # (experts, top_k, node limit) of a MoE whose expert-parallel all-to-alls are two-hop dispatches
         # (strategy.ep_dispatcher deepep or hybridep), where the comm model prices them (NcclComm)
         self.two_hop = two_hop if isinstance(comm, NcclComm) else None
-        # what the dispatcher's own kernels move at most, GB/s (HybridEP's SMs: strategy.ep_dispatcher_sms); 0: no bound
-        self.dispatch_gbps = dispatch_gbps if self.two_hop is not None else 0.0
+        # what the dispatcher's own kernels move at most, GB/s, within one NVLink domain and across domains (HybridEP's
+        # SMs: strategy.ep_dispatcher_sms); 0: no bound
+        self.dispatch_gbps = dispatch_gbps if self.two_hop is not None else (0.0, 0.0)
         self.sharing, self.exact, self.cache = sharing, exact, cache
         self.gpn = cluster.gpus_per_node
         self.world_size = cluster.world_size
@@ -282,8 +285,10 @@ class _CommPricer:
         conc = self.concurrency(ckey, lambda: axes_concurrency(self.mesh, step.axes, stage, group, self.gpn))
         moved, share = self.two_hop_shares(step, group)
         t, dem = self.call(step.collective, step.size_bytes * moved, group, conc, share)
-        if self.dispatch_gbps and _is_dispatch(step):  # the dispatcher's kernels, not the links, bound it
-            t = max(t, step.size_bytes * moved / (self.dispatch_gbps * 1e9))
+        if self.dispatch_gbps[0] and _is_dispatch(step):  # the dispatcher's kernels, not the links, bound it
+            within, across = self.dispatch_gbps
+            gbps = across if len({r // self.gpn for r in group}) > 1 else within
+            t = max(t, step.size_bytes * moved / (gbps * 1e9))
         self.times[key] = t
         if self.book is not None and dem is not None:
             self.book.steps[key] = dem
@@ -333,8 +338,9 @@ def annotate(program: Program, cluster: Cluster, compute: ComputeModel, comm: Co
     tree, hyper = program.tree, program.tree.model.hyper
     two_hop = (int(hyper["experts"]), int(hyper["top_k"]), tree.ep_node_limit) \
         if tree.ep_dispatcher in TWO_HOP_DISPATCHERS and hyper.get("experts") else None
-    dispatch_gbps = (tree.ep_dispatcher_sms or HYBRIDEP_DEFAULT_SMS) * HYBRIDEP_GBPS_PER_SM \
-        if tree.ep_dispatcher == "hybridep" else 0.0
+    sms = tree.ep_dispatcher_sms or HYBRIDEP_DEFAULT_SMS
+    dispatch_gbps = (sms * HYBRIDEP_GBPS_PER_SM, sms * HYBRIDEP_CROSS_DOMAIN_GBPS_PER_SM) \
+        if tree.ep_dispatcher == "hybridep" else (0.0, 0.0)
     pricer = _CommPricer(mesh, cluster, comm, memory, sharing=sharing, exact=exact, cache=cache, flows=flows,
                          two_hop=two_hop, dispatch_gbps=dispatch_gbps)
     book = pricer.book

@@ -399,6 +399,14 @@ than twice that: 615.78 and 519.57 GB/s). Within an NVLink domain that, not the 
 at 16 SMs; larger groups measured lower (combine at 24 ranks: 126.53 GB/s with 16 SMs), which is not modelled.
 Assumed per SM on every GPU."""
 
+HYBRIDEP_CROSS_DOMAIN_GBPS_PER_SM = (136.54 + 128.92) / 2 / 24
+"""GB/s one SM of HybridEP's kernels moves when its group spans NVLink domains (RDMA between them): its BF16 dispatch
+(136.54 GB/s, 393.84 MB received over NVLink in 2,884 us) and combine (128.92 GB/s) on two 8-GPU B300 nodes with 24
+SMs each, 4,096 tokens of 7,168 per rank, top-8 of 128 experts (deepseek-ai/DeepEP issue 590, April 2026). Its RDMA
+side moved 40.6 GB/s over 800 Gb/s ConnectX-8 NICs: the kernels, not the links, bound it. Megatron-Bridge keeps
+HybridEP within one 8-GPU domain on such systems for this reason (NVIDIA-NeMo/Megatron-Bridge issue 2883: 'HybridEP
+for NVL8 with EP>8' not yet performant). Counted on the bytes a rank receives, as HYBRIDEP_GBPS_PER_SM."""
+
 
 def two_hop_dispatch(experts: int, top_k: int, ranks: int, nodes: int, node_limit: int | None = None
                      ) -> tuple[float, float]:
