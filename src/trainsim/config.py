@@ -145,6 +145,11 @@ class ModelSpec(_Strict):
         "CUTLASS grouped GEMM, torch._grouped_mm, Megatron's fused grouped MLP) or per_expert (Transformer Engine's "
         "GroupedLinear, Megatron-Core's TEGroupedMLP: one cuBLAS GEMM per local expert, each launch issued by the "
         "host)")
+    expert_act: Literal["fused", "eager"] | None = Field(
+        None, description="how the routed experts' activation and its weighting by the routing probabilities run: "
+        "fused (default: one kernel, Megatron's weighted SwiGLU / quick-GeGLU fusion, the Transformer Engine op "
+        "fuser) or eager (Megatron-Core TEGroupedMLP's path for activations it cannot fuse, squared ReLU among them: "
+        "the activation, an FP32 product with the probabilities and a cast, each its own kernel)")
     moe_router_fusion: bool | None = Field(
         None, description="Megatron --moe-router-fusion: the router's score function, top-k and aux-loss statistics "
         "in Transformer Engine's fused kernels (default true: 31 kernels a layer's forward, 72 unfused, per NVIDIA's "

@@ -1062,6 +1062,17 @@ def row_job(row: dict[str, str]) -> RowJob | str:
         return str(exc)
 
 
+UNFUSED_EXPERT_ACTS = ("relu2", "gelu")
+"""Expert activations Megatron-Core cannot fuse with the routing probabilities (its weighted bias-activation fusions
+take SwiGLU and quick-GeGLU only): model.expert_act eager on its TEGroupedMLP."""
+
+
+def _megatron_core(row: dict[str, str]) -> bool:
+    """Whether the row ran on Megatron-Core (Megatron-LM, Megatron-Bridge, NeMo), not another MoE stack."""
+    stack = " ".join(_cell(row, k) for k in ("framework", "source_group", "source")).lower()
+    return bool(re.search(r"megatron|nemo container|nemo framework", stack)) and "automodel" not in stack
+
+
 def _expert_gemm(row: dict[str, str], settings: _Settings) -> tuple[str, str] | None:
     """model.expert_gemm of a MoE row and why: one grouped kernel where other_settings names a fused grouped expert
     MLP, one GEMM per local expert on Megatron-Core and AutoModel's Transformer Engine experts (TEGroupedMLP:
@@ -1114,6 +1125,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
     model = {**_model(row, arch, settings, notes, frozenset(routed)), **routed, **_mla_keys(settings, notes)}
     if routed and (gemm := _expert_gemm(row, settings)) is not None:
         model["expert_gemm"], notes["expert_gemm"] = gemm
+        if gemm[0] == "per_expert" and model.get("mlp") in UNFUSED_EXPERT_ACTS and _megatron_core(row):
+            model["expert_act"] = "eager"
+            notes["expert_act"] = (f"Megatron-Core's TEGroupedMLP weights the experts' {model['mlp']} activation by the "
+                                   "FP32 routing probabilities in eager PyTorch (its fused weighted activations take "
+                                   "SwiGLU and quick-GeGLU only): the activation, the product and a cast")
     cluster = cluster_spec(row, n_gpus, notes)
     if isinstance(cluster, str):
         raise RowSkip("GPU or cluster not expressible", cluster)

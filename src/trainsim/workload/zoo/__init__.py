@@ -80,7 +80,7 @@ def _check_heads(cfg: TransformerConfig, given: dict[str, int | None], features:
         raise ConfigError("model.top_k", f"routes each token to {cfg.top_k} of {cfg.experts} experts",
                           "set model.experts (a mixture of experts) with top_k at most the experts")
     for key in ("expert_ffn", "shared_expert_ffn", "first_dense_layers", "moe_imbalance", "moe_capacity_factor",
-                "moe_pad_to_capacity", "expert_gemm", "moe_router_fusion"):
+                "moe_pad_to_capacity", "expert_gemm", "expert_act", "moe_router_fusion"):
         if not cfg.experts and (features or {}).get(key):
             raise ConfigError(f"model.{key}", "only applies to a mixture of experts",
                               "set model.experts, or drop it")

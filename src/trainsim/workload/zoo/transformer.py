@@ -40,12 +40,16 @@ EXPERT_GEMMS = ("grouped", "per_expert")
 """How the routed experts' GEMMs launch (model.expert_gemm): one grouped kernel for all local experts (CUTLASS grouped
 GEMM, torch._grouped_mm, Megatron's fused grouped MLP) or one GEMM per local expert (Transformer Engine's
 GroupedLinear, Megatron-Core's TEGroupedMLP: a cuBLAS call per expert from a loop, each a launch the host issues)."""
+EXPERT_ACTS = ("fused", "eager")
+"""How the routed experts' activation and its weighting by the routing probabilities run (model.expert_act): one fused
+kernel (Megatron's weighted SwiGLU / quick-GeGLU under --bias-swiglu-fusion, the Transformer Engine op fuser, a
+grouped-MLP kernel) or Megatron-Core TEGroupedMLP's eager path (EXPERT_ACT_EAGER)."""
 FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "kernels", "loss", "sp_saves", "glu",
             "experts", "top_k", "head", "lora_rank", "lora_targets", "lora_base", "expert_ffn", "shared_expert_ffn",
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
             "sliding_window", "window_layers", "attention_sinks", "mtp_layers", "layer_pattern", "mamba_heads",
             "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk", "moe_latent", "moe_imbalance",
-            "moe_capacity_factor", "moe_pad_to_capacity", "expert_gemm", "moe_router_fusion")
+            "moe_capacity_factor", "moe_pad_to_capacity", "expert_gemm", "expert_act", "moe_router_fusion")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -94,6 +98,7 @@ class TransformerConfig:
     moe_capacity_factor: float = 0.0
     moe_pad_to_capacity: bool = False
     expert_gemm: str = "grouped"  # EXPERT_GEMMS: one grouped kernel, or one launch per local expert
+    expert_act: str = "fused"  # EXPERT_ACTS: the experts' activation and probability weighting fused, or eager
     moe_router_fusion: bool = True  # Megatron --moe-router-fusion: the router's kernels (MOE_ROUTER_KERNELS)
     max_positions: int | None = None
     description: str = ""
@@ -429,9 +434,7 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
            side_kernels=(dispatch[0] - 1, dispatch[1] - 1)),
         Op("expert_fc1", OpKind.MATMUL, {**ex, "f2": f2}, (("e", "c", "h"),), ("e", "c", "f2"),
            weight=("e", "f2", "h"), saved=(SavedTensor("input", ("e", "c", "h")),), useful=useful, launch_per=per),
-        Op("expert_act", OpKind.ELEMENTWISE, {"e": e, "c": c, "f": f, "f2": f2}, (("e", "c", "f2"),),
-           ("e", "c", "f"), flops_per_point=ACT_FLOPS_PER_ELEM[cfg.mlp],
-           saved=(SavedTensor("input", ("e", "c", "f2")),)),
+        _expert_act_op(cfg, e, c, f, f2),
         Op("expert_fc2", OpKind.MATMUL, {**ex, "f": f}, (("e", "c", "f"),), ("e", "c", "h"),
            weight=("e", "h", "f"), saved=(SavedTensor("input", ("e", "c", "f")),), useful=useful, launch_per=per),
         *_expert_bias_ops(cfg, ex),
@@ -440,6 +443,22 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
         *latent_up,
         *_shared_expert_ops(cfg, b, s),
     ]
+
+
+def _expert_act_op(cfg: TransformerConfig, e: int, c: int, f: int, f2: int) -> Op:
+    """The routed experts' activation, weighted by each token's routing probability: one fused kernel, or (model
+    expert_act eager) Megatron-Core TEGroupedMLP's eager chain (EXPERT_ACT_EAGER), which also keeps the activation's
+    output for the probabilities' gradient and holds the FP32 product while it runs."""
+    dims = {"e": e, "c": c, "f": f, "f2": f2}
+    saved = (SavedTensor("input", ("e", "c", "f2")),)
+    op = Op("expert_act", OpKind.ELEMENTWISE, dims, (("e", "c", "f2"),), ("e", "c", "f"),
+            flops_per_point=ACT_FLOPS_PER_ELEM[cfg.mlp], saved=saved)
+    if cfg.expert_act != "eager":
+        return op
+    traffic, launches, side = EXPERT_ACT_EAGER["gated" if cfg.gated else "plain"]
+    return replace(op, traffic=traffic, launches=launches, side_kernels=side,
+                   saved=(*saved, SavedTensor("activation", ("e", "c", "f"))),
+                   transient=(SavedTensor("fp32_product", ("e", "c", "f"), 4.0),))
 
 
 def _expert_bias_ops(cfg: TransformerConfig, ex: dict[str, int]) -> list[Op]:
@@ -524,6 +543,17 @@ docs/discussions/deepseek-v3-gb200-optimization, sec. 2.1.4: score function, top
 fused to 31 by Transformer Engine's router kernels). Backward: an estimate, as the guide counts the forward only: the
 GEMM's two, the fused top-k, aux-loss score and aux-loss backward kernels and the elementwise chain between them (10);
 unfused, the same share of its forward (23)."""
+
+EXPERT_ACT_EAGER = {"plain": (56.0 / 12.0, 1, (2, 5)), "gated": (82.0 / 18.0, 1, (3, 7))}
+"""The routed experts' activation where Megatron-Core's TEGroupedMLP cannot fuse it with the routing probabilities
+(model.expert_act eager): outside its --bias-swiglu-fusion kernels, which take SwiGLU and quick-GeGLU only, TEGroupedMLP
+(megatron/core/transformer/moe/experts.py, bias_act_func) runs the activation (squared ReLU is one torch.compile'd
+kernel, megatron/core/activations.py), multiplies it by the FP32 probabilities (Nemotron-H's moe_router_dtype fp32:
+an FP32 product) and casts the product back. Bytes per element of the activation's output: plain (squared ReLU,
+GeLU) forward 4 + 6 + 6 (16) against the fused op's 4; backward the cast's 6, the input gradient (8 in FP32, 6 to
+BF16), the probabilities' gradient (a product of 10 and its row sum of 4) and the activation's own 6 (40) against 8:
+(traffic over both phases, the op's own launch, (forward, backward) plain PyTorch calls beside it). Gated (chunk,
+activation, gate product, weighting, cast), 22 forward and 60 backward against 6 and 12."""
 
 EXPERT_BIAS_TRAFFIC = 68.0 / 12.0
 EXPERT_BIAS_KERNELS = (2, (2, 6))
@@ -805,7 +835,8 @@ def _check_features(cfg: TransformerConfig) -> None:
                               ("loss", cfg.loss, LOSSES), ("sp_saves", cfg.sp_saves, SP_SAVES),
                               ("glu", cfg.glu or "fused", GLUS), ("head", cfg.head, HEADS),
                               ("window_layers", cfg.window_layers, WINDOW_LAYERS),
-                              ("expert_gemm", cfg.expert_gemm, EXPERT_GEMMS)):
+                              ("expert_gemm", cfg.expert_gemm, EXPERT_GEMMS),
+                              ("expert_act", cfg.expert_act, EXPERT_ACTS)):
         if value not in known:
             raise ConfigError(f"model.{key}", f"unknown {key} '{value}' for {cfg.name or 'the model'}",
                               f"use one of {', '.join(known)}")
