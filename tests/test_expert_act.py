@@ -92,3 +92,36 @@ def test_rows_map_the_eager_chain_for_megatron_squared_relu_experts_only() -> No
     for case, act in want.items():
         job = row_job(rows[case]).job
         assert job["model"].get("expert_act") == act, case
+
+
+def test_unfused_rope_is_megatrons_chain_by_hand() -> None:
+    """Megatron-Core's rotary embedding without fusion: 24 + 26 bytes per query/key element against the fused
+    kernel's 4 + 8, 6 + 6 kernels forward (the chain and cos/sin) and 6 + 1 backward."""
+    from trainsim.workload.zoo.transformer import MEGATRON_UNFUSED_ROPE
+
+    def rope(**features: Any) -> Op:
+        m = build_model("custom", 2, 512, "flash", features, layers=1, hidden=256, heads=4, ffn=512)
+        return next(op for lay in m.layers for op in lay.ops if op.name == "rope")
+
+    fused, unfused = rope(position="rope"), rope(position="rope", rope_fusion=False)
+    elems = fused.size(fused.output)
+    assert _priced_bytes(fused) == pytest.approx(12.0 * elems)
+    assert _priced_bytes(unfused) == pytest.approx(50.0 * elems)
+    assert MEGATRON_UNFUSED_ROPE[0] == pytest.approx(50.0 / 12.0)
+    model = RooflineCompute(load_calibration().compute_for(get_device("h100-sxm")))
+    assert [model.kernels(unfused, ph, unfused.dims) for ph in ("fwd", "bwd")] == [12, 7]
+
+
+def test_gpt_oss_rows_on_megatron_run_rope_unfused() -> None:
+    """Megatron-Bridge's gpt-oss provider sets position_embedding_type 'yarn', which turns RoPE fusion off."""
+    import csv
+    from pathlib import Path
+
+    from trainsim.validate.training_runs import row_job
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "validation" / "moe_runs.csv"
+    if not path.exists():
+        pytest.skip("shared/validation not beside the clone")
+    rows = {r["case_id"]: r for r in csv.DictReader(path.open())}
+    for case, fused in {"MBRIDGE-148": False, "MBRIDGE-006": False, "AUTOMODEL-010": None, "MBRIDGE-010": None}.items():
+        assert row_job(rows[case]).job["model"].get("rope_fusion") == fused, case

@@ -150,6 +150,10 @@ class ModelSpec(_Strict):
         "fused (default: one kernel, Megatron's weighted SwiGLU / quick-GeGLU fusion, the Transformer Engine op "
         "fuser) or eager (Megatron-Core TEGroupedMLP's path for activations it cannot fuse, squared ReLU among them: "
         "the activation, an FP32 product with the probabilities and a cast, each its own kernel)")
+    rope_fusion: bool | None = Field(
+        None, description="Megatron --apply-rope-fusion (default true): the rotary embedding as one fused kernel; "
+        "false, Megatron-Core's unfused path (rotate-half, products with cos and sin, sum, cat: about four times the "
+        "bytes and six kernels a phase), as Megatron-Bridge runs YaRN position embeddings (gpt-oss)")
     moe_router_fusion: bool | None = Field(
         None, description="Megatron --moe-router-fusion: the router's score function, top-k and aux-loss statistics "
         "in Transformer Engine's fused kernels (default true: 31 kernels a layer's forward, 72 unfused, per NVIDIA's "

@@ -1067,6 +1067,12 @@ UNFUSED_EXPERT_ACTS = ("relu2", "gelu")
 take SwiGLU and quick-GeGLU only): model.expert_act eager on its TEGroupedMLP."""
 
 
+YARN_POSITION_MODELS = r"gpt-oss"
+"""Models whose Megatron-Bridge provider sets position_embedding_type 'yarn' (gpt_oss_provider.py), for which
+GPTModelProvider.provide turns apply_rope_fusion off (utils/fusions.py, validate_rope_fusion_compatibility: fusion
+needs 'rope'): model.rope_fusion false. DeepSeek-V3 and Kimi K2 apply YaRN inside MLA with 'rope' and keep it."""
+
+
 def _megatron_core(row: dict[str, str]) -> bool:
     """Whether the row ran on Megatron-Core (Megatron-LM, Megatron-Bridge, NeMo), not another MoE stack."""
     stack = " ".join(_cell(row, k) for k in ("framework", "source_group", "source")).lower()
@@ -1125,6 +1131,11 @@ def _row_job(row: dict[str, str]) -> RowJob:
     model = {**_model(row, arch, settings, notes, frozenset(routed)), **routed, **_mla_keys(settings, notes)}
     if routed and (gemm := _expert_gemm(row, settings)) is not None:
         model["expert_gemm"], notes["expert_gemm"] = gemm
+        if _megatron_core(row) and re.search(YARN_POSITION_MODELS, _cell(row, "model_name").lower()):
+            model["rope_fusion"] = False
+            notes["rope_fusion"] = ("Megatron-Bridge turns RoPE fusion off for this model's YaRN position embedding "
+                                    "(position_embedding_type 'yarn', utils/fusions.py): Megatron-Core's unfused "
+                                    "rotary embedding")
         if gemm[0] == "per_expert" and model.get("mlp") in UNFUSED_EXPERT_ACTS and _megatron_core(row):
             model["expert_act"] = "eager"
             notes["expert_act"] = (f"Megatron-Core's TEGroupedMLP weights the experts' {model['mlp']} activation by the "

@@ -49,7 +49,8 @@ FEATURES = ("position", "mlp", "norm", "bias", "tied_embeddings", "dropout", "ke
             "first_dense_layers", "head_size", "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_rope_dim", "v_head_size",
             "sliding_window", "window_layers", "attention_sinks", "mtp_layers", "layer_pattern", "mamba_heads",
             "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_chunk", "moe_latent", "moe_imbalance",
-            "moe_capacity_factor", "moe_pad_to_capacity", "expert_gemm", "expert_act", "moe_router_fusion")
+            "moe_capacity_factor", "moe_pad_to_capacity", "expert_gemm", "expert_act", "moe_router_fusion",
+            "rope_fusion")
 """TransformerConfig fields a job may override on any transformer (model.position, model.mlp, ...)."""
 
 
@@ -99,6 +100,7 @@ class TransformerConfig:
     moe_pad_to_capacity: bool = False
     expert_gemm: str = "grouped"  # EXPERT_GEMMS: one grouped kernel, or one launch per local expert
     expert_act: str = "fused"  # EXPERT_ACTS: the experts' activation and probability weighting fused, or eager
+    rope_fusion: bool = True  # Megatron --apply-rope-fusion: off, the rotary embedding runs as MEGATRON_UNFUSED_ROPE
     moe_router_fusion: bool = True  # Megatron --moe-router-fusion: the router's kernels (MOE_ROUTER_KERNELS)
     max_positions: int | None = None
     description: str = ""
@@ -308,8 +310,12 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str, window: in
     if cfg.qk_norm:
         ops.append(_qk_norm(cfg, b, s))
     if cfg.position == "rope":
-        ops.append(Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "q": q}, (("b", "s", "q"),),
-                      ("b", "s", "q"), flops_per_point=3.0))
+        rope = Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "q": q}, (("b", "s", "q"),), ("b", "s", "q"),
+                  flops_per_point=3.0)
+        if not cfg.rope_fusion:
+            traffic, launches, side = MEGATRON_UNFUSED_ROPE
+            rope = replace(rope, traffic=traffic, launches=launches, side_kernels=side)
+        ops.append(rope)
     core = {"b": b, "s": s, "t": s, "a": a, "g": g, "d": d, "q": q, "o": o, "kv": kv}
     if impl != "unfused":
         ops.append(Op(
@@ -543,6 +549,16 @@ docs/discussions/deepseek-v3-gb200-optimization, sec. 2.1.4: score function, top
 fused to 31 by Transformer Engine's router kernels). Backward: an estimate, as the guide counts the forward only: the
 GEMM's two, the fused top-k, aux-loss score and aux-loss backward kernels and the elementwise chain between them (10);
 unfused, the same share of its forward (23)."""
+
+MEGATRON_UNFUSED_ROPE = (50.0 / 12.0, 6, (6, 1))
+"""Megatron-Core's rotary embedding without --apply-rope-fusion (model.rope_fusion false;
+megatron/core/models/common/embeddings/rope_utils.py, _apply_rotary_pos_emb_bshd): per query and key element, the
+rotate-half's negation (2 bytes) and cat (4), the products with cos and sin (4 each), their sum (6) and the cat with
+the unrotated part (4) forward, 24 bytes against the fused kernel's 4; backward the two products (4 each), the
+negation (2), the chunk's cat (4), the two paths' sum (6) and the slice's copy (6), 26 against 8. Kernels: those 6 a
+phase, plus forward 6 small ones making cos and sin (cos, sin, scale, cast) and backward one more (traffic over both
+phases, the op's launches, (forward, backward) plain PyTorch calls beside them). Megatron-Bridge turns the fusion off
+where position_embedding_type is not 'rope' (utils/fusions.py, validate_rope_fusion_compatibility): gpt-oss's 'yarn'."""
 
 EXPERT_ACT_EAGER = {"plain": (56.0 / 12.0, 1, (2, 5)), "gated": (82.0 / 18.0, 1, (3, 7))}
 """The routed experts' activation where Megatron-Core's TEGroupedMLP cannot fuse it with the routing probabilities
