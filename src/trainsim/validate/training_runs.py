@@ -1070,12 +1070,18 @@ take SwiGLU and quick-GeGLU only): model.expert_act eager on its TEGroupedMLP.""
 YARN_POSITION_MODELS = r"gpt-oss"
 """Models whose Megatron-Bridge provider sets position_embedding_type 'yarn' (gpt_oss_provider.py), for which
 GPTModelProvider.provide turns apply_rope_fusion off (utils/fusions.py, validate_rope_fusion_compatibility: fusion
-needs 'rope'): model.rope_fusion false. DeepSeek-V3 and Kimi K2 apply YaRN inside MLA with 'rope' and keep it."""
+needs 'rope'): model.rope_fusion false. DeepSeek-V3 and Kimi K2 keep it (NVIDIA's DeepSeek-V3 GB200 guide lists YaRN
+RoPE fusion among Megatron-Core's defaults)."""
+
+
+def _stack(row: dict[str, str]) -> str:
+    """The row's training stack as its framework and source name it (lower case)."""
+    return " ".join(_cell(row, k) for k in ("framework", "source_group", "source")).lower()
 
 
 def _megatron_core(row: dict[str, str]) -> bool:
     """Whether the row ran on Megatron-Core (Megatron-LM, Megatron-Bridge, NeMo), not another MoE stack."""
-    stack = " ".join(_cell(row, k) for k in ("framework", "source_group", "source")).lower()
+    stack = _stack(row)
     return bool(re.search(r"megatron|nemo container|nemo framework", stack)) and "automodel" not in stack
 
 
@@ -1086,8 +1092,7 @@ def _expert_gemm(row: dict[str, str], settings: _Settings) -> tuple[str, str] | 
     if settings.fused_experts:
         return "grouped", "a fused grouped expert MLP (cuteDSL / Transformer Engine op fuser / torch._grouped_mm): " \
                           "one kernel for the local experts"
-    stack = " ".join(_cell(row, k) for k in ("framework", "source_group", "source")).lower()
-    if re.search(r"megatron|automodel", stack):
+    if re.search(r"megatron|automodel", _stack(row)):
         return "per_expert", "Megatron-Core's TEGroupedMLP (Transformer Engine's GroupedLinear): one GEMM launch " \
                              "per local expert, each issued by the host"
     return None
@@ -1129,13 +1134,13 @@ def _row_job(row: dict[str, str]) -> RowJob:
             notes["ffn"] = "not stated: every layer is a mixture of experts (no dense MLP to size)"
     settings = _settings(_cell(row, "other_settings"))
     model = {**_model(row, arch, settings, notes, frozenset(routed)), **routed, **_mla_keys(settings, notes)}
+    if _megatron_core(row) and re.search(YARN_POSITION_MODELS, _cell(row, "model_name").lower()):
+        model["rope_fusion"] = False
+        notes["rope_fusion"] = ("Megatron-Bridge turns RoPE fusion off for this model's YaRN position embedding "
+                                "(position_embedding_type 'yarn', utils/fusions.py): Megatron-Core's unfused rotary "
+                                "embedding")
     if routed and (gemm := _expert_gemm(row, settings)) is not None:
         model["expert_gemm"], notes["expert_gemm"] = gemm
-        if _megatron_core(row) and re.search(YARN_POSITION_MODELS, _cell(row, "model_name").lower()):
-            model["rope_fusion"] = False
-            notes["rope_fusion"] = ("Megatron-Bridge turns RoPE fusion off for this model's YaRN position embedding "
-                                    "(position_embedding_type 'yarn', utils/fusions.py): Megatron-Core's unfused "
-                                    "rotary embedding")
         if gemm[0] == "per_expert" and model.get("mlp") in UNFUSED_EXPERT_ACTS and _megatron_core(row):
             model["expert_act"] = "eager"
             notes["expert_act"] = (f"Megatron-Core's TEGroupedMLP weights the experts' {model['mlp']} activation by the "

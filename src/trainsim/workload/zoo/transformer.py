@@ -231,9 +231,9 @@ def _mla_ops(cfg: TransformerConfig, b: int, s: int, impl: str) -> list[Op]:
         Op("kv_up", OpKind.MATMUL, {"b": b, "s": s, "kc": kc, "kv": ko}, (("b", "s", "kc"),), ("b", "s", "kv"),
            weight=("kv", "kc"), saved=(SavedTensor("input", ("b", "s", "kc")),)),
         # RoPE on each query head's rope part and the one shared rope key (a few FLOPs per element turned)
-        Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "o": o}, (("b", "s", "o"),), ("b", "s", "o"),
-           flops_per_point=3.0 * (a + 1) * rope / o, traffic=(a + 1) * rope / o,
-           input_from=("q_up" if ql else "q_proj",)),
+        _rope_as_run(cfg, Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "o": o}, (("b", "s", "o"),), ("b", "s", "o"),
+                             flops_per_point=3.0 * (a + 1) * rope / o, traffic=(a + 1) * rope / o,
+                             input_from=("q_up" if ql else "q_proj",))),
     ]
     core = {"b": b, "s": s, "t": s, "a": a, "d": dq, "o": o, "kv": ko, "vo": vo}
     if impl == "unfused":
@@ -310,12 +310,8 @@ def _attention_ops(cfg: TransformerConfig, b: int, s: int, impl: str, window: in
     if cfg.qk_norm:
         ops.append(_qk_norm(cfg, b, s))
     if cfg.position == "rope":
-        rope = Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "q": q}, (("b", "s", "q"),), ("b", "s", "q"),
-                  flops_per_point=3.0)
-        if not cfg.rope_fusion:
-            traffic, launches, side = MEGATRON_UNFUSED_ROPE
-            rope = replace(rope, traffic=traffic, launches=launches, side_kernels=side)
-        ops.append(rope)
+        ops.append(_rope_as_run(cfg, Op("rope", OpKind.ELEMENTWISE, {"b": b, "s": s, "q": q}, (("b", "s", "q"),),
+                                        ("b", "s", "q"), flops_per_point=3.0)))
     core = {"b": b, "s": s, "t": s, "a": a, "g": g, "d": d, "q": q, "o": o, "kv": kv}
     if impl != "unfused":
         ops.append(Op(
@@ -449,6 +445,15 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
         *latent_up,
         *_shared_expert_ops(cfg, b, s),
     ]
+
+
+def _rope_as_run(cfg: TransformerConfig, rope: Op) -> Op:
+    """The rotary embedding as the framework runs it: one fused kernel, or (model.rope_fusion false) Megatron-Core's
+    unfused chain (MEGATRON_UNFUSED_ROPE) on the same elements."""
+    if cfg.rope_fusion:
+        return rope
+    traffic, launches, side = MEGATRON_UNFUSED_ROPE
+    return replace(rope, traffic=rope.traffic * traffic, launches=launches, side_kernels=side)
 
 
 def _expert_act_op(cfg: TransformerConfig, e: int, c: int, f: int, f2: int) -> Op:
@@ -833,7 +838,7 @@ def _eager(op: Op, cfg: TransformerConfig) -> Op:
     """The op as eager PyTorch runs it (more HBM traffic, more launches), or unchanged."""
     key = ("rmsnorm" if op.kind == OpKind.NORM and cfg.norm == "rmsnorm" else
            "swiglu" if op.name in ("act", "expert_act") and cfg.mlp == "swiglu" else
-           "rope" if op.name == "rope" else "loss" if op.kind == OpKind.LOSS else None)
+           "rope" if op.name == "rope" and cfg.rope_fusion else "loss" if op.kind == OpKind.LOSS else None)
     if key is None:
         return op
     scale, launches = EAGER_CHAINS[key]
