@@ -128,6 +128,24 @@ def evaluations(n_names: int, sweeps: int = 2, steps: int = 7) -> int:
     return 1 + sweeps * n_names * max(2, steps)
 
 
+def golden_min(f: Callable[[float], float], a: float, b: float, steps: int) -> tuple[float, float]:
+    """Golden-section search for the least f over [a, b] in `steps` evaluations (at least 2): the best point it
+    evaluated and its value."""
+    phi = (math.sqrt(5) - 1) / 2
+    c, d = b - phi * (b - a), a + phi * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(max(0, steps - 2)):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - phi * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + phi * (b - a)
+            fd = f(d)
+    return (c, fc) if fc < fd else (d, fd)
+
+
 def fit(cal: Calibration, family: str, names: list[str], datasets: list[Dataset], *, sweeps: int = 2,
         steps: int = 7, jobs: int = 1, progress: Callable[[str], None] | None = None,
         on_eval: Callable[[], None] | None = None) -> FitResult:
@@ -148,7 +166,6 @@ def fit(cal: Calibration, family: str, names: list[str], datasets: list[Dataset]
     best = evaluate(with_values(cal, family, values))
     before = best
     history: list[dict[str, Any]] = [{"values": dict(values), "loss": best}]
-    phi = (math.sqrt(5) - 1) / 2
     for sweep in range(sweeps):
         width = math.inf if sweep == 0 else 1.0 / sweep  # whole range first, then +-e^width around the value
         for n in names:
@@ -161,18 +178,7 @@ def fit(cal: Calibration, family: str, names: list[str], datasets: list[Dataset]
             def f(x: float, n: str = n, shift: float = shift) -> float:
                 return evaluate(with_values(cal, family, {**values, n: math.exp(x) - shift}))
 
-            c, d = b - phi * (b - a), a + phi * (b - a)
-            fc, fd = f(c), f(d)
-            for _ in range(max(0, steps - 2)):
-                if fc < fd:
-                    b, d, fd = d, c, fc
-                    c = b - phi * (b - a)
-                    fc = f(c)
-                else:
-                    a, c, fc = c, d, fd
-                    d = a + phi * (b - a)
-                    fd = f(d)
-            x, fx = (c, fc) if fc < fd else (d, fd)
+            x, fx = golden_min(f, a, b, steps)
             if fx < best:
                 best, values[n] = fx, math.exp(x) - shift
             history.append({"param": n, "values": dict(values), "loss": best})
