@@ -250,7 +250,11 @@ class _CommPricer:
         if self.two_hop is None or not _is_dispatch(step):
             return 1.0, 1.0
         experts, top_k, limit = self.two_hop
-        return two_hop_dispatch(experts, top_k, len(group), len({r // self.gpn for r in group}), limit)
+        return two_hop_dispatch(experts, top_k, len(group), self.domains(group), limit)
+
+    def domains(self, group: tuple[int, ...]) -> int:
+        """The nodes (NVLink domains) a group's ranks sit in."""
+        return len({r // self.gpn for r in group})
 
     def pair(self, collective: str, size: float, a: int, b: int) -> tuple[float, Demand | None]:
         """A call between rank `a` and its peer `b` of another stage (pipeline send, tied-embedding sum)."""
@@ -287,7 +291,7 @@ class _CommPricer:
         t, dem = self.call(step.collective, step.size_bytes * moved, group, conc, share)
         if self.dispatch_gbps[0] and _is_dispatch(step):  # the dispatcher's kernels, not the links, bound it
             within, across = self.dispatch_gbps
-            gbps = across if len({r // self.gpn for r in group}) > 1 else within
+            gbps = across if self.domains(group) > 1 else within
             t = max(t, step.size_bytes * moved / (gbps * 1e9))
         self.times[key] = t
         if self.book is not None and dem is not None:

@@ -26,6 +26,7 @@ tokens, which expert_fc1 keeps.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -227,9 +228,9 @@ def unstated_ep(experts: int, dp_cp: int, dispatcher_cell: str) -> tuple[int, st
     such a dispatcher means EP > 1, and the FSDP2 + EP frameworks that leave the column blank fold the experts over
     the whole data-parallel group, so the largest EP dividing both the experts and dp x cp. None where the row
     names no dispatcher (EP 1)."""
-    if not re.search(r"flex|deepep|hybrid[-_ ]?ep|all[-_ ]?to[-_ ]?all|a2a", dispatcher_cell, re.IGNORECASE):
+    if not (TWO_HOP.search(dispatcher_cell) or re.search(r"all[-_ ]?to[-_ ]?all|a2a", dispatcher_cell, re.IGNORECASE)):
         return None
-    ep = max(d for d in range(1, min(experts, dp_cp) + 1) if experts % d == 0 and dp_cp % d == 0)
+    ep = math.gcd(experts, dp_cp)
     return ep, (f"not stated: the {dispatcher_cell.strip()} dispatcher needs EP > 1; EP {ep}, the largest that divides "
                 f"both the {experts} experts and dp x cp ({dp_cp}), as FSDP2 + EP frameworks fold it")
 

@@ -450,10 +450,14 @@ def _moe_ops(cfg: TransformerConfig, b: int, s: int) -> list[Op]:
 def _rope_as_run(cfg: TransformerConfig, rope: Op) -> Op:
     """The rotary embedding as the framework runs it: one fused kernel, or (model.rope_fusion false) Megatron-Core's
     unfused chain (MEGATRON_UNFUSED_ROPE) on the same elements."""
-    if cfg.rope_fusion:
-        return rope
-    traffic, launches, side = MEGATRON_UNFUSED_ROPE
-    return replace(rope, traffic=rope.traffic * traffic, launches=launches, side_kernels=side)
+    return rope if cfg.rope_fusion else _as_chain(rope, MEGATRON_UNFUSED_ROPE)
+
+
+def _as_chain(op: Op, chain: tuple[float, int, tuple[int, int]]) -> Op:
+    """The op run as an unfused chain of kernels: (its HBM bytes over the fused op's, its own launches a phase,
+    (forward, backward) plain PyTorch calls beside them)."""
+    traffic, launches, side = chain
+    return replace(op, traffic=op.traffic * traffic, launches=launches, side_kernels=side)
 
 
 def _expert_act_op(cfg: TransformerConfig, e: int, c: int, f: int, f2: int) -> Op:
@@ -466,8 +470,7 @@ def _expert_act_op(cfg: TransformerConfig, e: int, c: int, f: int, f2: int) -> O
             flops_per_point=ACT_FLOPS_PER_ELEM[cfg.mlp], saved=saved)
     if cfg.expert_act != "eager":
         return op
-    traffic, launches, side = EXPERT_ACT_EAGER["gated" if cfg.gated else "plain"]
-    return replace(op, traffic=traffic, launches=launches, side_kernels=side,
+    return replace(_as_chain(op, EXPERT_ACT_EAGER["gated" if cfg.gated else "plain"]),
                    saved=(*saved, SavedTensor("activation", ("e", "c", "f"))),
                    transient=(SavedTensor("fp32_product", ("e", "c", "f"), 4.0),))
 
